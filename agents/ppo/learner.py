@@ -1,0 +1,165 @@
+"""The per-device PPO program: collect, advantages, epochs of minibatch updates.
+
+Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradients, loss statistics, episode
+statistics and advantage-normalisation statistics are reduced over that axis, so every device applies the same
+update to the same parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import struct
+
+from agents.advantages import gae, normalize
+from agents.ppo.config import PPOConfig
+from agents.ppo.loss import LossInfo, ppo_loss
+from agents.ppo.network import ActorCritic, policy
+from rlpar import rollout
+from rlpar.collectives import pmean, psum
+from rlpar.rollout import RolloutState, Transition
+
+
+@struct.dataclass
+class PPOState:
+    """Per-device training state; ``params`` and ``opt_state`` are identical on every device."""
+
+    params: Any
+    opt_state: Any
+    rollout: RolloutState  # this device's envs, current observations and acting key
+    key: jax.Array  # this device's key for minibatch shuffling
+    update_step: jax.Array  # updates done so far (int32 scalar)
+
+
+class Batch(NamedTuple):
+    """Flat training batch, every leaf ``[N, ...]``."""
+
+    obs: jax.Array
+    action: jax.Array
+    log_prob: jax.Array
+    value: jax.Array
+    advantage: jax.Array
+    target: jax.Array
+
+
+class PPO(NamedTuple):
+    """The pure functions of one PPO agent on one device."""
+
+    network: ActorCritic
+    init: Callable[[jax.Array, jax.Array], PPOState]  # (key_params shared by devices, key_device) -> state
+    update: Callable[[PPOState], tuple[PPOState, dict]]  # one collect + learn step, metrics reduced over devices
+    grad: Callable[[Any, Batch], tuple[Any, LossInfo]]  # minibatch gradient, pmean-ed over devices
+    act: Callable[[Any, jax.Array, jax.Array | None], jax.Array]  # (params, obs, key or None=greedy) -> action
+
+
+def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
+    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0."""
+    if config.anneal_lr:
+        lr = optax.linear_schedule(config.lr, 0.0, config.num_gradient_steps)
+    else:
+        lr = config.lr
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name: str | None = None) -> PPO:
+    """Build the per-device PPO functions for ``num_local_envs`` environments on this device."""
+    num_actions = env.action_space(env_params).n
+    obs_shape = env.observation_space(env_params).shape
+    network = ActorCritic(num_actions, tuple(config.hidden_sizes), config.activation)
+    tx = make_optimizer(config)
+
+    def policy_fn(params, obs, key):
+        logits, value = network.apply(params, obs)
+        pi = policy(logits)
+        action = pi.sample(seed=key)
+        return action, pi.log_prob(action), value
+
+    def value_fn(params, obs):
+        return network.apply(params, obs, method=ActorCritic.value)
+
+    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, config.num_steps)
+
+    def init(key_params: jax.Array, key_device: jax.Array) -> PPOState:
+        params = network.init(key_params, jnp.zeros((1, *obs_shape), jnp.float32))
+        key_env, key_learn = jax.random.split(key_device)
+        return PPOState(
+            params=params,
+            opt_state=tx.init(params),
+            rollout=rollout.reset(env, env_params, key_env, num_local_envs),
+            key=key_learn,
+            update_step=jnp.int32(0),
+        )
+
+    def advantages(params, traj: Transition, last_obs: jax.Array):
+        last_value = value_fn(params, last_obs)
+        return gae(
+            traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value, last_value,
+            config.gamma, config.gae_lambda,
+        )
+
+    def loss_fn(params, batch: Batch):
+        logits, value = network.apply(params, batch.obs)
+        pi = policy(logits)
+        advantage = normalize(batch.advantage, axis_name) if config.normalize_advantages else batch.advantage
+        return ppo_loss(
+            pi.log_prob(batch.action), pi.entropy(), value, batch.log_prob, batch.value, advantage, batch.target,
+            clip_eps=config.clip_eps,
+            vf_clip_eps=config.clip_eps if config.clip_value else None,
+            vf_coef=config.vf_coef,
+            ent_coef=config.ent_coef,
+        )
+
+    def grad(params, batch: Batch):
+        (_, info), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
+        return pmean(grads, axis_name), pmean(info, axis_name)
+
+    def update_minibatch(carry, batch: Batch):
+        params, opt_state = carry
+        grads, info = grad(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return (optax.apply_updates(params, updates), opt_state), info
+
+    def update_epoch(carry, key_perm):
+        params, opt_state, batch = carry
+        n = batch.advantage.shape[0]
+        perm = jax.random.permutation(key_perm, n)
+        minibatches = jax.tree.map(
+            lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
+        )
+        (params, opt_state), infos = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
+        return (params, opt_state, batch), infos
+
+    def episode_metrics(traj: Transition) -> dict:
+        done = traj.episode_done.astype(jnp.float32)
+        return psum(
+            {
+                "episode/count": jnp.sum(done),
+                "episode/return_sum": jnp.sum(done * traj.episode_return),
+                "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
+            },
+            axis_name,
+        )
+
+    def update(state: PPOState) -> tuple[PPOState, dict]:
+        rollout_state, traj = collect(state.params, state.rollout)
+        advantage, target = advantages(state.params, traj, rollout_state.obs)
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # [T, B, ...] -> [T * B, ...]
+        batch = Batch(flat(traj.obs), flat(traj.action), flat(traj.log_prob), flat(traj.value),
+                      flat(advantage), flat(target))
+        key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
+        (params, opt_state, _), infos = jax.lax.scan(
+            update_epoch, (state.params, state.opt_state, batch), jnp.stack(epoch_keys)
+        )
+        metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
+        metrics.update(episode_metrics(traj))
+        new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1)
+        return new_state, metrics
+
+    def act(params, obs, key=None):
+        logits, _ = network.apply(params, obs)
+        return jnp.argmax(logits, axis=-1) if key is None else policy(logits).sample(seed=key)
+
+    return PPO(network=network, init=init, update=update, grad=grad, act=act)

@@ -1,0 +1,118 @@
+"""Probe environments whose right answers are known in closed form.
+
+They catch sign, bootstrapping and credit-assignment bugs that "it learns CartPole" hides. Each is a gymnax 1.0
+environment (six-value ``step`` with auto-reset), registered with ``envs.make`` under the ids below.
+
+| id                      | obs            | actions | reward            | episode end               | known answer                    |
+|-------------------------|----------------|---------|-------------------|---------------------------|---------------------------------|
+| ``Probe-OneStep-v0``    | [0.]           | 1       | 1                 | terminates after 1 step   | V(s) = 1                        |
+| ``Probe-ObsReward-v0``  | [+1.] or [-1.] | 1       | = obs             | terminates after 1 step   | V(s) = obs                      |
+| ``Probe-Truncated-v0``  | [0.]           | 1       | 1                 | truncated after 5 steps   | V(s) = 1 / (1 - gamma)          |
+| ``Probe-Policy-v0``     | [+1.] or [-1.] | 2       | 1 if action == (obs > 0) else 0 | terminates after 1 step | pi picks the matching action; V = 1 |
+
+``Probe-Truncated-v0`` has a constant observation, so the critic cannot see the clock: a learner that treats the time
+limit as termination fits an average of truncated returns (well below 1 / (1 - gamma)); one that bootstraps from
+``info["final_observation"]`` fits the infinite-horizon value.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment, spaces
+
+
+@struct.dataclass
+class ProbeState(environment.EnvState):
+    obs: jax.Array
+
+
+@struct.dataclass
+class ProbeParams(environment.EnvParams):
+    max_steps_in_episode: int = 5
+
+
+class _Probe(environment.Environment):
+    """Shared plumbing: a scalar observation, ``num_actions`` discrete actions."""
+
+    n_actions = 1
+    terminates = True  # episode ends after one step
+
+    @property
+    def default_params(self) -> ProbeParams:
+        return ProbeParams()
+
+    def _sample_obs(self, key: jax.Array) -> jax.Array:
+        return jnp.zeros((1,), jnp.float32)
+
+    def _reward(self, obs: jax.Array, action: jax.Array) -> jax.Array:
+        return jnp.float32(1.0)
+
+    def reset_env(self, key, params):
+        obs = self._sample_obs(key)
+        return obs, ProbeState(time=0, obs=obs)
+
+    def step_env(self, key, state, action, params):
+        reward = self._reward(state.obs, action)
+        new_obs = self._sample_obs(key)
+        new_state = ProbeState(time=state.time + 1, obs=new_obs)
+        terminated = jnp.bool_(self.terminates)
+        return new_obs, new_state, reward, terminated, {}
+
+    def is_terminated(self, state, params):
+        return jnp.bool_(self.terminates)
+
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def num_actions(self) -> int:
+        return self.n_actions
+
+    def action_space(self, params=None):
+        return spaces.Discrete(self.n_actions)
+
+    def observation_space(self, params):
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
+
+class OneStep(_Probe):
+    """Reward 1, then the episode terminates: V = 1."""
+
+
+class ObsReward(_Probe):
+    """Observation is +1 or -1 at random; reward equals it; terminates: V(s) = obs."""
+
+    def _sample_obs(self, key):
+        return jnp.where(jax.random.bernoulli(key), 1.0, -1.0).astype(jnp.float32)[None]
+
+    def _reward(self, obs, action):
+        return obs[0]
+
+
+class Truncated(_Probe):
+    """Reward 1 forever, cut by the 5-step time limit (truncation, not termination): V = 1 / (1 - gamma)."""
+
+    terminates = False
+
+
+class Policy(_Probe):
+    """Observation +1 or -1; action 1 pays 1 on +1, action 0 pays 1 on -1; terminates: optimal V = 1."""
+
+    n_actions = 2
+
+    def _sample_obs(self, key):
+        return jnp.where(jax.random.bernoulli(key), 1.0, -1.0).astype(jnp.float32)[None]
+
+    def _reward(self, obs, action):
+        return jnp.where(action == (obs[0] > 0).astype(action.dtype), 1.0, 0.0).astype(jnp.float32)
+
+
+PROBES = {
+    "Probe-OneStep-v0": OneStep,
+    "Probe-ObsReward-v0": ObsReward,
+    "Probe-Truncated-v0": Truncated,
+    "Probe-Policy-v0": Policy,
+}

@@ -1,0 +1,133 @@
+"""Wrappers that settle the gymnax 1.0 environment contract once, at the boundary.
+
+Every wrapper keeps gymnax's six-value ``step``::
+
+    obs, state, reward, terminated, truncated, info = env.step(key, state, action, params)
+
+and its auto-reset: after a ``terminated`` or ``truncated`` step the returned ``obs`` is the first observation of
+the next episode, and ``info["final_observation"]`` is the observation the finished episode ended on.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment, spaces
+
+
+class Wrapper(environment.Environment):
+    """Base wrapper: forwards everything it does not override to the wrapped env."""
+
+    def __init__(self, env: environment.Environment):
+        self._env = env
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails, so wrapper attributes win.
+        if name == "_env":  # not yet set (copy/pickle): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self._env, name)
+
+    @property
+    def unwrapped(self) -> environment.Environment:
+        env = self._env
+        while isinstance(env, Wrapper):
+            env = env._env
+        return env
+
+    @property
+    def default_params(self):
+        return self._env.default_params
+
+    @property
+    def name(self) -> str:
+        return self._env.name
+
+    @property
+    def num_actions(self) -> int:
+        return self._env.num_actions
+
+    def action_space(self, params=None):
+        return self._env.action_space(params)
+
+    def observation_space(self, params):
+        return self._env.observation_space(params)
+
+    def reset(self, key, params=None):
+        return self._env.reset(key, params)
+
+    def step(self, key, state, action, params=None):
+        return self._env.step(key, state, action, params)
+
+
+class FlattenObservation(Wrapper):
+    """Flattens observations (and ``info["final_observation"]``) to float32 vectors ``[obs_dim]``.
+
+    Use it for MLP policies; image policies keep the original shape (see ``envs.make(flatten=False)``).
+    """
+
+    def observation_space(self, params):
+        space = self._env.observation_space(params)
+        size = 1
+        for dim in space.shape:
+            size *= int(dim)
+        low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape).reshape(-1)
+        high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape).reshape(-1)
+        return spaces.Box(low, high, (size,), jnp.float32)
+
+    @staticmethod
+    def _flatten(obs: jax.Array) -> jax.Array:
+        return jnp.reshape(obs, (-1,)).astype(jnp.float32)
+
+    def reset(self, key, params=None):
+        obs, state = self._env.reset(key, params)
+        return self._flatten(obs), state
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
+        info = {**info, "final_observation": self._flatten(info["final_observation"])}
+        return self._flatten(obs), state, reward, terminated, truncated, info
+
+
+@struct.dataclass
+class EpisodeStatisticsState:
+    env_state: Any
+    episode_return: jax.Array  # running undiscounted return of the current episode
+    episode_length: jax.Array  # steps taken in the current episode
+
+
+class EpisodeStatistics(Wrapper):
+    """Tracks undiscounted episode return and length.
+
+    Adds to ``info`` at every step:
+      - ``episode_return``: return of the episode including this step's reward,
+      - ``episode_length``: number of steps of the episode including this step,
+      - ``episode_done``: True where this step ended the episode (terminated or truncated),
+    so the finished episodes of a batch are ``info["episode_return"][info["episode_done"]]``.
+    """
+
+    def reset(self, key, params=None):
+        obs, env_state = self._env.reset(key, params)
+        return obs, EpisodeStatisticsState(env_state, jnp.float32(0.0), jnp.int32(0))
+
+    def step(self, key, state, action, params=None):
+        obs, env_state, reward, terminated, truncated, info = self._env.step(
+            key, state.env_state, action, params
+        )
+        done = jnp.logical_or(terminated, truncated)
+        episode_return = state.episode_return + reward.astype(jnp.float32)
+        episode_length = state.episode_length + 1
+        info = {
+            **info,
+            "episode_return": episode_return,
+            "episode_length": episode_length,
+            "episode_done": done,
+        }
+        state = EpisodeStatisticsState(
+            env_state=env_state,
+            episode_return=jnp.where(done, 0.0, episode_return),
+            episode_length=jnp.where(done, 0, episode_length),
+        )
+        return obs, state, reward, terminated, truncated, info

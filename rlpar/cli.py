@@ -1,0 +1,48 @@
+"""Command-line flags generated from frozen config dataclasses: a new field is a new flag, with no second list."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import typing
+
+
+def flag_name(field_name: str) -> str:
+    return "--" + field_name.replace("_", "-")
+
+
+def _parse_int_tuple(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 64,64") from None
+
+
+def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
+    """One flag per field of ``cls``; the field's ``metadata["help"]`` becomes its help text."""
+    group = parser.add_argument_group(title)
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = hints[f.name]
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
+        dest = f"{cls.__name__}.{f.name}"
+        if kind is bool:
+            group.add_argument(flag_name(f.name), dest=dest, action=argparse.BooleanOptionalAction,
+                               default=None, help=help_text)
+        elif typing.get_origin(kind) is tuple:
+            group.add_argument(flag_name(f.name), dest=dest, type=_parse_int_tuple, default=None,
+                               metavar="N,N", help=help_text)
+        else:
+            group.add_argument(flag_name(f.name), dest=dest, type=kind, default=None,
+                               metavar=kind.__name__.upper(), help=help_text)
+
+
+def build_dataclass(cls: type, namespace: argparse.Namespace, **overrides):
+    """An instance of ``cls`` from the flags given (fields not given keep their defaults)."""
+    values = {}
+    for f in dataclasses.fields(cls):
+        value = getattr(namespace, f"{cls.__name__}.{f.name}", None)
+        if value is not None:
+            values[f.name] = value
+    values.update(overrides)
+    return cls(**values)
