@@ -19,7 +19,10 @@ def request_cpu_devices(n: int) -> None:
     """Ask XLA for ``n`` CPU devices. Call before the first JAX computation; on CPU-only hosts this is what lets
     ``--devices N`` split the host into N devices. Harmless where an accelerator is the default backend."""
     if n > 1:
-        jax.config.update("jax_num_cpu_devices", n)
+        try:
+            jax.config.update("jax_num_cpu_devices", n)
+        except RuntimeError:
+            pass  # backends already started (e.g. inside a test process); select_devices() reports a shortfall
 
 
 def select_devices(num_devices: int | None = None) -> list:

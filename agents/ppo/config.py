@@ -19,7 +19,7 @@ class PPOConfig:
     seed: int = _f(0, "PRNG seed; same seed and device count give identical results")
     num_envs: int = _f(8, "parallel environments in total, split evenly over the devices")
     num_steps: int = _f(128, "environment steps per environment per update (rollout length T)")
-    total_timesteps: int = _f(500_000, "environment steps to train for, over all environments")
+    total_timesteps: int = _f(1_000_000, "environment steps to train for, over all environments")
     lr: float = _f(2.5e-4, "Adam learning rate (initial value when annealed)")
     anneal_lr: bool = _f(True, "decay the learning rate linearly to 0 over training")
     update_epochs: int = _f(4, "passes over each rollout batch")

@@ -1,0 +1,71 @@
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from agents.advantages import gae, normalize
+
+# Hand-worked example, T=3 steps x B=2 envs, gamma = lambda = 0.5 (so gamma * lambda = 0.25).
+#
+# env 0: no episode ends. r = [1, 0, 2], V = [1, 2, 1], last V = 4, next V = [2, 1, 4]
+#   delta = [1 + .5*2 - 1, 0 + .5*1 - 2, 2 + .5*4 - 1] = [1, -1.5, 3]
+#   A2 = 3;  A1 = -1.5 + .25*3 = -0.75;  A0 = 1 + .25*(-0.75) = 0.8125
+# env 1: t0 truncated (time limit; V(final obs) = 6), t1 terminated, t2 runs on. r = [1, 1, 1], V = [0, 1, 2], last 8
+#   t0: bootstrap from the final observation, not from V[1] (next episode): delta = 1 + .5*6 - 0 = 4, trace cut -> A0 = 4
+#   t1: terminal, no bootstrap (final_value 99 there must be ignored): delta = 1 - 1 = 0 -> A1 = 0
+#   t2: delta = 1 + .5*8 - 2 = 3 -> A2 = 3
+REWARD = [[1.0, 1.0], [0.0, 1.0], [2.0, 1.0]]
+VALUE = [[1.0, 0.0], [2.0, 1.0], [1.0, 2.0]]
+TERMINATED = [[False, False], [False, True], [False, False]]
+TRUNCATED = [[False, True], [False, False], [False, False]]
+FINAL_VALUE = [[0.0, 6.0], [0.0, 99.0], [0.0, 0.0]]
+LAST_VALUE = [4.0, 8.0]
+EXPECTED_ADV = [[0.8125, 4.0], [-0.75, 0.0], [3.0, 3.0]]
+
+
+def _gae(**overrides):
+    args = dict(
+        reward=REWARD, value=VALUE, terminated=TERMINATED, truncated=TRUNCATED, final_value=FINAL_VALUE,
+        last_value=LAST_VALUE,
+    )
+    args.update(overrides)
+    args = {k: jnp.asarray(v) for k, v in args.items()}
+    return gae(**args, gamma=0.5, gae_lambda=0.5)
+
+
+def test_gae_hand_worked_example_with_truncation():
+    adv, ret = _gae()
+    np.testing.assert_allclose(adv, EXPECTED_ADV, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ret, np.asarray(EXPECTED_ADV) + np.asarray(VALUE), atol=1e-6)
+
+
+def test_truncation_treated_as_termination_would_differ():
+    # The same data with the time limit read as termination loses the bootstrap: A0 of env 1 becomes 1, not 4.
+    adv, _ = _gae(terminated=[[False, True], [False, True], [False, False]])
+    assert adv[0, 1] == pytest.approx(1.0)
+    assert adv[0, 1] != pytest.approx(EXPECTED_ADV[0][1])
+
+
+def test_terminated_and_truncated_together_is_terminal():
+    # gymnax can flag both on the last allowed step if the episode also fails: no bootstrap then.
+    adv, _ = _gae(terminated=[[False, True], [False, True], [False, False]], truncated=TRUNCATED)
+    assert adv[0, 1] == pytest.approx(1.0)
+
+
+def test_gae_lambda_one_is_discounted_return_minus_value():
+    # One env, no episode ends, gamma=0.5, lambda=1: A_t = sum_k gamma^k r_{t+k} + gamma^(T-t) V_last - V_t.
+    r = jnp.array([[1.0], [2.0], [3.0]])
+    v = jnp.array([[0.5], [0.25], [1.0]])
+    z = jnp.zeros((3, 1), bool)
+    adv, _ = gae(r, v, z, z, jnp.zeros((3, 1)), jnp.array([4.0]), 0.5, 1.0)
+    # A2 = 3 + .5*4 - 1 = 4; A1 = 2 + .5*3 + .25*4 - .25 = 4.25; A0 = 1 + .5*2 + .25*3 + .125*4 - .5 = 2.75
+    np.testing.assert_allclose(adv[:, 0], [2.75, 4.25, 4.0], atol=1e-6)
+
+
+def test_gae_rejects_wrong_ranks():
+    with pytest.raises(AssertionError):
+        gae(jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.zeros(3), jnp.zeros(()), 0.9, 0.9)
+
+
+def test_normalize_without_axis():
+    x = jnp.array([1.0, 2.0, 3.0, 4.0])  # mean 2.5, population std sqrt(1.25)
+    np.testing.assert_allclose(normalize(x, None), (np.array([1, 2, 3, 4]) - 2.5) / np.sqrt(1.25), rtol=1e-5)

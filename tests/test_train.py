@@ -1,0 +1,81 @@
+"""The training entry points: library call, CLI, outputs, determinism, errors, and learning CartPole."""
+
+import json
+
+import numpy as np
+import pytest
+
+import agents
+from agents.ppo import PPOConfig
+from rlpar import train as train_cli
+from rlpar.runner import mean_recent_return
+
+TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, num_minibatches=2, update_epochs=1)
+
+
+def test_library_train_returns_params_and_per_update_metrics():
+    result = agents.ppo.train(TINY, "CartPole-v1", devices=2, log_every=2)
+    assert [m["update"] for m in result.metrics] == [2, 4, 5]  # remainder chunk logged too
+    assert result.metrics[-1]["env_steps"] == 5 * 64
+    for key in ("sps", "episode_return", "episode_length", "loss/total", "loss/policy", "loss/value",
+                "loss/entropy", "loss/approx_kl"):
+        assert key in result.metrics[-1]
+    assert set(result.params) == {"params"}
+
+
+def test_same_seed_twice_gives_identical_metrics():
+    a = agents.ppo.train(TINY, "CartPole-v1", devices=2)
+    b = agents.ppo.train(TINY, "CartPole-v1", devices=2)
+    strip = lambda ms: [{k: v for k, v in m.items() if k not in ("sps", "time_s")} for m in ms]
+    assert strip(a.metrics) == strip(b.metrics)
+    import jax
+
+    jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+    c = agents.ppo.train(TINY.replace(seed=1), "CartPole-v1", devices=2)
+    assert strip(c.metrics) != strip(a.metrics)
+
+
+def test_cli_writes_config_and_metrics(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    code = train_cli.main([
+        "ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "320",
+        "--num-minibatches", "2", "--devices", "2", "--log-every", "2", "--lr", "1e-3", "--no-anneal-lr",
+        "--hidden-sizes", "32,32", "--run-dir", str(run_dir),
+    ])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "update      2/5" in out and "sps" in out and "return" in out
+    config = json.loads((run_dir / "config.json").read_text())
+    assert config["config"]["lr"] == 1e-3 and config["config"]["anneal_lr"] is False
+    assert config["config"]["hidden_sizes"] == [32, 32] and config["num_devices"] == 2
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == 3
+    for key in ("env_steps", "sps", "episode_return", "episode_length", "loss/policy", "loss/value"):
+        assert key in lines[0]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["dqn"], "unknown agent 'dqn': known agents are ppo"),
+        (["ppo", "--env", "CartPol-v1"], "unknown env 'CartPol-v1'. Did you mean 'CartPole-v1'"),
+        (["ppo", "--num-envs", "0"], "num_envs=0: must be a positive integer"),
+        (["ppo", "--num-envs", "6", "--devices", "4"], "num_envs=6 is not divisible by the device count 4"),
+        (["ppo", "--num-minibatches", "3"], "num_minibatches=3 does not divide the per-device batch"),
+        (["ppo", "--total-timesteps", "100"], "total_timesteps=100 is smaller than one rollout"),
+        (["ppo", "--devices", "64"], "devices=64: this host has only"),
+        (["ppo", "--activation", "swish"], "activation='swish': must be one of"),
+        (["ppo", "--gamma", "1.5"], "gamma=1.5: must be in [0, 1]"),
+        ([], "name an agent first"),
+    ],
+)
+def test_cli_bad_input_is_a_clear_error(argv, message, capsys):
+    assert train_cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err
+
+
+@pytest.mark.slow
+def test_cartpole_is_solved_with_defaults():
+    result = agents.ppo.train(PPOConfig(), "CartPole-v1", devices=1)
+    assert mean_recent_return(result.metrics) >= 475
