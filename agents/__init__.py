@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from agents import advantages, ppo
+from agents import advantages, ppo, ppo_rnn
 from agents.advantages import gae, normalize
 from agents.ppo import PPOConfig
+from agents.ppo_rnn import RecurrentPPOConfig
 from rlpar.runner import AgentSpec
 
 AGENTS: dict[str, AgentSpec] = {
     "ppo": AgentSpec(name="ppo", config_cls=PPOConfig, make=ppo.make_ppo),
+    "ppo_rnn": AgentSpec(name="ppo_rnn", config_cls=RecurrentPPOConfig, make=ppo_rnn.make_ppo_rnn),
 }
 
 
@@ -19,4 +21,4 @@ def get(name: str) -> AgentSpec:
     return AGENTS[name]
 
 
-__all__ = ["AGENTS", "PPOConfig", "advantages", "gae", "get", "normalize", "ppo"]
+__all__ = ["AGENTS", "PPOConfig", "RecurrentPPOConfig", "advantages", "gae", "get", "normalize", "ppo", "ppo_rnn"]

@@ -9,6 +9,7 @@ environment (six-value ``step`` with auto-reset), registered with ``envs.make`` 
 | ``Probe-ObsReward-v0``  | [+1.] or [-1.] | 1       | = obs             | terminates after 1 step   | V(s) = obs                      |
 | ``Probe-Truncated-v0``  | [0.]           | 1       | 1                 | truncated after 5 steps   | V(s) = 1 / (1 - gamma)          |
 | ``Probe-Policy-v0``     | [+1.] or [-1.] | 2       | 1 if action == (obs > 0) else 0 | terminates after 1 step | pi picks the matching action; V = 1 |
+| ``Probe-Memory-v0``     | cue, then blanks | 2     | 1 if the step-3 action matches the step-1 cue | terminates after 3 steps | memoryless 0.5, recurrent 1 |
 
 ``Probe-Truncated-v0`` has a constant observation, so the critic cannot see the clock: a learner that treats the time
 limit as termination fits an average of truncated returns (well below 1 / (1 - gamma)); one that bootstraps from
@@ -110,9 +111,61 @@ class Policy(_Probe):
         return jnp.where(action == (obs[0] > 0).astype(action.dtype), 1.0, 0.0).astype(jnp.float32)
 
 
+@struct.dataclass
+class MemoryState(environment.EnvState):
+    cue: jax.Array  # +1 or -1, shown only on the first step
+
+
+class Memory(environment.Environment):
+    """Partially observable: remember a cue for 2 steps.
+
+    obs = ``[cue, 0]`` on step 1 (cue = +1 or -1), ``[0, 0]`` on step 2, ``[0, 1]`` on step 3 (decide). On step 3,
+    action 1 pays 1 if the cue was +1, action 0 pays 1 if it was -1; the episode then terminates. Earlier actions
+    pay nothing. A memoryless policy earns 0.5 per episode on average; a recurrent one can earn 1.
+    """
+
+    @property
+    def default_params(self) -> ProbeParams:
+        return ProbeParams(max_steps_in_episode=10)
+
+    def _obs(self, state: MemoryState) -> jax.Array:
+        first = state.time == 0
+        decide = state.time == 2
+        return jnp.stack([jnp.where(first, state.cue, 0.0), jnp.where(decide, 1.0, 0.0)]).astype(jnp.float32)
+
+    def reset_env(self, key, params):
+        state = MemoryState(time=0, cue=jnp.where(jax.random.bernoulli(key), 1.0, -1.0))
+        return self._obs(state), state
+
+    def step_env(self, key, state, action, params):
+        decide = state.time == 2
+        correct = action == (state.cue > 0).astype(action.dtype)
+        reward = jnp.where(decide & correct, 1.0, 0.0).astype(jnp.float32)
+        new_state = MemoryState(time=state.time + 1, cue=state.cue)
+        return self._obs(new_state), new_state, reward, decide, {}
+
+    def is_terminated(self, state, params):
+        return state.time >= 3
+
+    @property
+    def name(self) -> str:
+        return "Memory"
+
+    @property
+    def num_actions(self) -> int:
+        return 2
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+
+
 PROBES = {
     "Probe-OneStep-v0": OneStep,
     "Probe-ObsReward-v0": ObsReward,
     "Probe-Truncated-v0": Truncated,
     "Probe-Policy-v0": Policy,
+    "Probe-Memory-v0": Memory,
 }

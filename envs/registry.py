@@ -7,7 +7,9 @@ import difflib
 import gymnax
 
 from envs.probes import PROBES
-from envs.wrappers import EpisodeStatistics, FlattenObservation
+from gymnax.environments import spaces
+
+from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
 
 
 def env_ids() -> list[str]:
@@ -15,17 +17,19 @@ def env_ids() -> list[str]:
     return list(gymnax.registered_envs) + list(PROBES)
 
 
-def make(env_id: str, *, flatten: bool = True, **env_kwargs):
+def make(env_id: str, *, flatten: bool | None = None, **env_kwargs):
     """Build an environment ready for the engine.
 
     Args:
       env_id: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...) or a probe id (``"Probe-OneStep-v0"``).
-      flatten: flatten observations to float32 vectors (for MLP policies).
+      flatten: flatten observations to float32 vectors (for MLP policies); ``None`` (default) flattens everything
+        but images ``[H, W, C]``, which CNN policies take as they are.
       **env_kwargs: passed to the environment's constructor.
 
     Returns:
-      ``(env, env_params)``: the env wrapped in ``EpisodeStatistics`` (and ``FlattenObservation``), keeping
-      gymnax 1.0's six-value ``step``; ``env_params`` is its default parameter struct.
+      ``(env, env_params)``: the env wrapped in ``EpisodeStatistics`` (and ``FlattenObservation``; and, for
+      ``Box`` action spaces, ``RescaleAction`` so the agent acts in ``[-1, 1]^d``), keeping gymnax 1.0's six-value
+      ``step``; ``env_params`` is its default parameter struct.
 
     Raises:
       ValueError: for an unknown id, listing the closest known ids.
@@ -40,6 +44,10 @@ def make(env_id: str, *, flatten: bool = True, **env_kwargs):
         env_params = env.default_params
     else:
         env, env_params = gymnax.make(env_id, **env_kwargs)
+    if isinstance(env.action_space(env_params), spaces.Box):
+        env = RescaleAction(env)
+    if flatten is None:
+        flatten = len(env.observation_space(env_params).shape) != 3
     if flatten:
         env = FlattenObservation(env)
     return EpisodeStatistics(env), env_params

@@ -65,11 +65,14 @@ class Wrapper(environment.Environment):
 class FlattenObservation(Wrapper):
     """Flattens observations (and ``info["final_observation"]``) to float32 vectors ``[obs_dim]``.
 
-    Use it for MLP policies; image policies keep the original shape (see ``envs.make(flatten=False)``).
+    A ``Discrete(n)`` observation (e.g. FrozenLake's state index) becomes a one-hot vector ``[n]``. Use this wrapper
+    for MLP policies; image policies keep the original shape (``envs.make(flatten=False)``).
     """
 
     def observation_space(self, params):
         space = self._env.observation_space(params)
+        if isinstance(space, spaces.Discrete):
+            return spaces.Box(0.0, 1.0, (space.n,), jnp.float32)
         size = 1
         for dim in space.shape:
             size *= int(dim)
@@ -77,18 +80,46 @@ class FlattenObservation(Wrapper):
         high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape).reshape(-1)
         return spaces.Box(low, high, (size,), jnp.float32)
 
-    @staticmethod
-    def _flatten(obs: jax.Array) -> jax.Array:
+    def _flatten(self, obs: jax.Array, params) -> jax.Array:
+        space = self._env.observation_space(params)
+        if isinstance(space, spaces.Discrete):
+            return jax.nn.one_hot(obs, space.n, dtype=jnp.float32)
         return jnp.reshape(obs, (-1,)).astype(jnp.float32)
 
     def reset(self, key, params=None):
+        params = self.default_params if params is None else params
         obs, state = self._env.reset(key, params)
-        return self._flatten(obs), state
+        return self._flatten(obs, params), state
 
     def step(self, key, state, action, params=None):
+        params = self.default_params if params is None else params
         obs, state, reward, terminated, truncated, info = self._env.step(key, state, action, params)
-        info = {**info, "final_observation": self._flatten(info["final_observation"])}
-        return self._flatten(obs), state, reward, terminated, truncated, info
+        info = {**info, "final_observation": self._flatten(info["final_observation"], params)}
+        return self._flatten(obs, params), state, reward, terminated, truncated, info
+
+
+class RescaleAction(Wrapper):
+    """Lets the agent act in ``[-1, 1]^d`` for any ``Box`` action space.
+
+    The action is clipped to ``[-1, 1]`` and mapped linearly onto ``[low, high]``. The agent keeps (and computes
+    log-probabilities of) its unclipped Gaussian sample; only the environment sees the clipped, rescaled action.
+    Clipping rather than tanh-squashing keeps PPO's ratio exact without a change-of-variables correction.
+    """
+
+    def action_space(self, params=None):
+        space = self._env.action_space(params)
+        return spaces.Box(-1.0, 1.0, space.shape, jnp.float32)
+
+    def _rescale(self, action: jax.Array, params) -> jax.Array:
+        space = self._env.action_space(params)
+        low = jnp.asarray(space.low, jnp.float32)
+        high = jnp.asarray(space.high, jnp.float32)
+        unit = jnp.clip(action, -1.0, 1.0)
+        return (low + (unit + 1.0) * 0.5 * (high - low)).reshape(space.shape)
+
+    def step(self, key, state, action, params=None):
+        params = self.default_params if params is None else params
+        return self._env.step(key, state, self._rescale(action, params), params)
 
 
 @struct.dataclass

@@ -37,9 +37,10 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str) 
                                metavar=kind.__name__.upper(), help=help_text)
 
 
-def build_dataclass(cls: type, namespace: argparse.Namespace, **overrides):
-    """An instance of ``cls`` from the flags given (fields not given keep their defaults)."""
-    values = {}
+def build_dataclass(cls: type, namespace: argparse.Namespace, base=None, **overrides):
+    """An instance of ``cls`` from the flags given; fields not given come from ``base`` (an instance, e.g. a
+    per-environment preset) or, without one, keep their defaults."""
+    values = {} if base is None else {f.name: getattr(base, f.name) for f in dataclasses.fields(cls)}
     for f in dataclasses.fields(cls):
         value = getattr(namespace, f"{cls.__name__}.{f.name}", None)
         if value is not None:

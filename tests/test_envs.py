@@ -22,13 +22,30 @@ def test_unknown_env_lists_close_matches():
 
 
 def test_flatten_observation_flattens_images_and_final_observation():
-    env, params = envs.make("Breakout-MinAtar")
+    env, params = envs.make("Breakout-MinAtar", flatten=True)
     obs, state = env.reset(jax.random.PRNGKey(0), params)
     assert obs.shape == (10 * 10 * 4,) and obs.dtype == jnp.float32
     obs, _, _, _, _, info = env.step(jax.random.PRNGKey(1), state, 0, params)
     assert info["final_observation"].shape == (400,)
-    raw, raw_params = envs.make("Breakout-MinAtar", flatten=False)
+    raw, raw_params = envs.make("Breakout-MinAtar")  # default: images keep their shape for the CNN
     assert raw.reset(jax.random.PRNGKey(0), raw_params)[0].shape == (10, 10, 4)
+
+
+def test_discrete_observation_becomes_one_hot():
+    env, params = envs.make("FrozenLake-misc")
+    obs, _ = env.reset(jax.random.PRNGKey(0), params)
+    assert obs.shape == env.observation_space(params).shape and float(obs.sum()) == 1.0
+
+
+def test_box_actions_are_clipped_and_rescaled():
+    # Pendulum's torque is in [-2, 2]; the agent acts in [-1, 1]: 0.5 -> 1.0, 7 -> clipped to 1 -> 2.0.
+    env, params = envs.make("Pendulum-v1")
+    space = env.action_space(params)
+    assert (float(space.low), float(space.high)) == (-1.0, 1.0)
+    rescale = env._env._rescale  # EpisodeStatistics(FlattenObservation(RescaleAction(Pendulum)))
+    np.testing.assert_allclose(rescale(jnp.array([0.5]), params), [1.0])
+    np.testing.assert_allclose(rescale(jnp.array([7.0]), params), [2.0])
+    np.testing.assert_allclose(rescale(jnp.array([-1.0]), params), [-2.0])
 
 
 def test_episode_statistics_on_truncating_probe():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from agents.ppo.config import PPOConfig
 from agents.ppo.learner import PPO, Batch, PPOState, make_optimizer, make_ppo
 from agents.ppo.loss import LossInfo, clipped_surrogate, ppo_loss, value_loss
-from agents.ppo.network import ActorCritic, policy
+from agents.ppo.network import ActorCritic, make_network, policy
 
 
 def train(config: PPOConfig = PPOConfig(), env: str = "CartPole-v1", *, devices: int = 0, run_dir: str = "",
@@ -30,6 +30,7 @@ __all__ = [
     "PPOConfig",
     "PPOState",
     "clipped_surrogate",
+    "make_network",
     "make_optimizer",
     "make_ppo",
     "policy",

@@ -32,6 +32,7 @@ class PPOConfig:
     vf_coef: float = _f(0.5, "critic loss coefficient")
     max_grad_norm: float = _f(0.5, "global gradient-norm clip (after averaging over devices)")
     normalize_advantages: bool = _f(True, "normalise advantages per minibatch, statistics over all devices")
+    normalize_obs: bool = _f(False, "normalise observations by running mean/std, statistics synced over devices")
     hidden_sizes: tuple[int, ...] = _f((64, 64), "hidden layer widths of the actor and critic MLPs")
     activation: str = _f("tanh", "hidden activation: " + ", ".join(ACTIVATIONS))
 
@@ -54,6 +55,13 @@ class PPOConfig:
     @property
     def num_gradient_steps(self) -> int:
         return self.num_updates * self.update_epochs * self.num_minibatches
+
+    @classmethod
+    def for_env(cls, env_id: str) -> "PPOConfig":
+        """The defaults with this environment's preset applied (``agents/ppo/presets.py``); plain defaults if none."""
+        from agents.ppo.presets import PRESETS
+
+        return cls(**PRESETS.get(env_id, {}))
 
     def replace(self, **changes) -> "PPOConfig":
         return dataclasses.replace(self, **changes)

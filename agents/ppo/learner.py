@@ -15,9 +15,10 @@ import optax
 from flax import struct
 
 from agents.advantages import gae, normalize
+from agents.normalization import RunningStats, init_stats, normalize_obs, update_stats
 from agents.ppo.config import PPOConfig
 from agents.ppo.loss import LossInfo, ppo_loss
-from agents.ppo.network import ActorCritic, policy
+from agents.ppo.network import ActorCritic, make_network
 from rlpar import rollout
 from rlpar.collectives import pmean, psum
 from rlpar.rollout import RolloutState, Transition
@@ -32,6 +33,7 @@ class PPOState:
     rollout: RolloutState  # this device's envs, current observations and acting key
     key: jax.Array  # this device's key for minibatch shuffling
     update_step: jax.Array  # updates done so far (int32 scalar)
+    obs_stats: RunningStats  # observation statistics (identical on every device; unused unless normalize_obs)
 
 
 class Batch(NamedTuple):
@@ -52,7 +54,9 @@ class PPO(NamedTuple):
     init: Callable[[jax.Array, jax.Array], PPOState]  # (key_params shared by devices, key_device) -> state
     update: Callable[[PPOState], tuple[PPOState, dict]]  # one collect + learn step, metrics reduced over devices
     grad: Callable[[Any, Batch], tuple[Any, LossInfo]]  # minibatch gradient, pmean-ed over devices
-    act: Callable[[Any, jax.Array, jax.Array | None], jax.Array]  # (params, obs, key or None=greedy) -> action
+    # (params, obs, key or None for greedy, obs_stats or None) -> action; pass the state's obs_stats when the
+    # config normalises observations
+    act: Callable[..., jax.Array]
 
 
 def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
@@ -66,19 +70,25 @@ def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
 
 def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name: str | None = None) -> PPO:
     """Build the per-device PPO functions for ``num_local_envs`` environments on this device."""
-    num_actions = env.action_space(env_params).n
     obs_shape = env.observation_space(env_params).shape
-    network = ActorCritic(num_actions, tuple(config.hidden_sizes), config.activation)
+    network = make_network(
+        env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation
+    )
     tx = make_optimizer(config)
 
-    def policy_fn(params, obs, key):
-        logits, value = network.apply(params, obs)
-        pi = policy(logits)
+    def prepare(obs_stats, obs):
+        return normalize_obs(obs_stats, obs) if config.normalize_obs else obs
+
+    # The collector passes ``acting`` through untouched: here it is ``(params, obs_stats)``.
+    def policy_fn(acting, obs, key):
+        params, obs_stats = acting
+        pi, value = network.apply(params, prepare(obs_stats, obs), method=ActorCritic.distribution)
         action = pi.sample(seed=key)
         return action, pi.log_prob(action), value
 
-    def value_fn(params, obs):
-        return network.apply(params, obs, method=ActorCritic.value)
+    def value_fn(acting, obs):
+        params, obs_stats = acting
+        return network.apply(params, prepare(obs_stats, obs), method=ActorCritic.value)
 
     collect = rollout.make_collector(env, env_params, policy_fn, value_fn, config.num_steps)
 
@@ -91,6 +101,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
             rollout=rollout.reset(env, env_params, key_env, num_local_envs),
             key=key_learn,
             update_step=jnp.int32(0),
+            obs_stats=init_stats(obs_shape),
         )
 
     def advantages(params, traj: Transition, last_obs: jax.Array):
@@ -100,9 +111,8 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
             config.gamma, config.gae_lambda,
         )
 
-    def loss_fn(params, batch: Batch):
-        logits, value = network.apply(params, batch.obs)
-        pi = policy(logits)
+    def loss_fn(params, batch: Batch):  # batch.obs is already normalised (see update)
+        pi, value = network.apply(params, batch.obs, method=ActorCritic.distribution)
         advantage = normalize(batch.advantage, axis_name) if config.normalize_advantages else batch.advantage
         return ppo_loss(
             pi.log_prob(batch.action), pi.entropy(), value, batch.log_prob, batch.value, advantage, batch.target,
@@ -144,10 +154,13 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         )
 
     def update(state: PPOState) -> tuple[PPOState, dict]:
-        rollout_state, traj = collect(state.params, state.rollout)
-        advantage, target = advantages(state.params, traj, rollout_state.obs)
+        acting = (state.params, state.obs_stats)
+        rollout_state, traj = collect(acting, state.rollout)
+        advantage, target = advantages(acting, traj, rollout_state.obs)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # [T, B, ...] -> [T * B, ...]
-        batch = Batch(flat(traj.obs), flat(traj.action), flat(traj.log_prob), flat(traj.value),
+        obs = flat(traj.obs)
+        # Learn on observations normalised with the statistics the actions were taken with; refresh them after.
+        batch = Batch(prepare(state.obs_stats, obs), flat(traj.action), flat(traj.log_prob), flat(traj.value),
                       flat(advantage), flat(target))
         key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
         (params, opt_state, _), infos = jax.lax.scan(
@@ -155,11 +168,16 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         )
         metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
         metrics.update(episode_metrics(traj))
-        new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1)
+        obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
+        new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1, obs_stats)
         return new_state, metrics
 
-    def act(params, obs, key=None):
-        logits, _ = network.apply(params, obs)
-        return jnp.argmax(logits, axis=-1) if key is None else policy(logits).sample(seed=key)
+    def act(params, obs, key=None, obs_stats=None):
+        if config.normalize_obs:
+            if obs_stats is None:
+                raise ValueError("this config normalises observations: pass act(..., obs_stats=state.obs_stats)")
+            obs = normalize_obs(obs_stats, obs)
+        pi, _ = network.apply(params, obs, method=ActorCritic.distribution)
+        return pi.mode() if key is None else pi.sample(seed=key)
 
     return PPO(network=network, init=init, update=update, grad=grad, act=act)

@@ -1,4 +1,10 @@
-"""Actor-critic network (flax.linen) and the distrax policy it defines."""
+"""Actor-critic networks (flax.linen) and the distrax policies they define.
+
+The torso is chosen by observation shape: vectors ``[obs_dim]`` go through an MLP, images ``[H, W, C]`` (MinAtar,
+Pong) through a small CNN. The head is chosen by action space: ``Discrete(n)`` gives a categorical policy over
+``n`` logits, ``Box`` a diagonal Gaussian with a learned, state-independent log-std (the env wrapper clips the
+sample to ``[-1, 1]`` and rescales it, see ``envs.RescaleAction``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from gymnax.environments import spaces
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 
@@ -29,19 +36,51 @@ class MLP(nn.Module):
         return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
 
 
-class ActorCritic(nn.Module):
-    """Separate actor and critic MLPs over a flat observation ``[..., obs_dim]``.
+class ConvTorso(nn.Module):
+    """Two 3x3 convolutions (16, 32 channels, ReLU) over ``[..., H, W, C]``, flattened to ``[..., features]``."""
 
-    Returns ``(logits [..., num_actions], value [...])``.
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        batch_shape = x.shape[:-3]
+        x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
+        for channels in (16, 32):
+            x = nn.relu(nn.Conv(channels, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
+        return x.reshape(batch_shape + (-1,))
+
+
+class Head(nn.Module):
+    """Optional CNN torso, then an MLP to ``out_size``."""
+
+    hidden_sizes: Sequence[int]
+    out_size: int
+    activation: str
+    head_scale: float
+    image: bool
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        x = ConvTorso()(obs) if self.image else obs.astype(jnp.float32)
+        return MLP(self.hidden_sizes, self.out_size, self.activation, self.head_scale)(x)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic networks.
+
+    ``__call__(obs [..., *obs_shape]) -> (policy_params [..., action_dim], value [...])`` where ``policy_params`` are
+    logits (discrete) or Gaussian means (continuous); ``log_std`` is a learned parameter ``[action_dim]``.
     """
 
-    num_actions: int
+    action_dim: int
+    continuous: bool = False
+    image: bool = False
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
 
     def setup(self):
-        self.actor = MLP(self.hidden_sizes, self.num_actions, self.activation, head_scale=0.01)
-        self.critic = MLP(self.hidden_sizes, 1, self.activation, head_scale=1.0)
+        self.actor = Head(self.hidden_sizes, self.action_dim, self.activation, 0.01, self.image)
+        self.critic = Head(self.hidden_sizes, 1, self.activation, 1.0, self.image)
+        if self.continuous:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
     def __call__(self, obs: jax.Array) -> tuple[jax.Array, jax.Array]:
         return self.actor(obs), self.critic(obs)[..., 0]
@@ -49,7 +88,23 @@ class ActorCritic(nn.Module):
     def value(self, obs: jax.Array) -> jax.Array:
         return self.critic(obs)[..., 0]
 
+    def distribution(self, obs: jax.Array):
+        """``(pi, value)``: the distrax policy for ``obs`` and the critic's value."""
+        out, value = self(obs)
+        if self.continuous:
+            std = jnp.broadcast_to(jnp.exp(self.log_std), out.shape)
+            return distrax.MultivariateNormalDiag(out, std), value
+        return policy(out), value
+
 
 def policy(logits: jax.Array) -> distrax.Categorical:
-    """The action distribution for a batch of logits."""
+    """The categorical action distribution for a batch of logits."""
     return distrax.Categorical(logits=logits.astype(jnp.float32))
+
+
+def make_network(observation_space, action_space, hidden_sizes: Sequence[int], activation: str) -> ActorCritic:
+    """The actor-critic that fits these spaces (see module docstring)."""
+    continuous = isinstance(action_space, spaces.Box)
+    action_dim = int(np.prod(action_space.shape)) if continuous else int(action_space.n)
+    image = len(observation_space.shape) == 3
+    return ActorCritic(action_dim, continuous, image, tuple(hidden_sizes), activation)

@@ -1,0 +1,34 @@
+"""Recurrent PPO settings: every ``PPOConfig`` field plus the GRU size; minibatches are whole sequences."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents.ppo.config import PPOConfig, _f
+
+
+@dataclass(frozen=True)
+class RecurrentPPOConfig(PPOConfig):
+    """PPO with a GRU policy. Minibatches split the environments (never time), so each minibatch holds whole
+    ``num_steps``-long sequences replayed from the hidden state the rollout started with."""
+
+    gru_size: int = _f(64, "GRU hidden-state size")
+    hidden_sizes: tuple[int, ...] = _f((64,), "hidden layer widths of the actor and critic heads after the GRU")
+
+    @classmethod
+    def for_env(cls, env_id: str) -> "RecurrentPPOConfig":
+        return cls()  # no per-env presets yet
+
+    def validate(self, num_devices: int = 1) -> "RecurrentPPOConfig":
+        super().validate(num_devices)
+        if not isinstance(self.gru_size, int) or self.gru_size <= 0:
+            raise ValueError(f"gru_size={self.gru_size!r}: must be a positive integer")
+        local_envs = self.num_envs // num_devices
+        if local_envs % self.num_minibatches:
+            raise ValueError(
+                f"num_minibatches={self.num_minibatches} does not divide the environments per device "
+                f"({local_envs}): recurrent minibatches are whole sequences, so use a divisor of {local_envs}"
+            )
+        if self.normalize_obs:
+            raise ValueError("normalize_obs=True is not supported by ppo_rnn yet: use ppo, or drop the flag")
+        return self
