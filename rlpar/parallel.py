@@ -1,8 +1,21 @@
-"""The one module that knows about devices.
+"""The one module that knows about devices (and processes).
 
 Per-device programs elsewhere are pure functions built by factories that take ``axis_name`` (``None`` for no
-axis). This module turns them into multi-device programs with ``jax.pmap`` over a named axis, places their
-inputs, and reads their outputs back (via ``out_axes`` and ``addressable_shards``, never by indexing a global array).
+axis). This module turns them into multi-device programs over the named axis ``AXIS_NAME``, with one of two
+backends that run the same per-device code:
+
+- ``"pmap"``: ``jax.pmap`` (the default);
+- ``"shard_map"``: ``jax.jit`` over ``jax.shard_map`` on a 1-D mesh of the selected devices.
+
+Either way the per-device state is a pytree of global arrays whose leaves have a leading device axis ``[D, ...]``
+sharded one row per device (``P(AXIS_NAME)``), parameters included: every device keeps its own copy of the
+parameters, exactly as under pmap, so the per-device code sees the same values and the same (varying) types under
+both backends and its ``pmean`` of gradients means the same thing.
+
+Multi-process runs (``init_distributed``) use JAX's distributed runtime: ``D`` counts the devices of every process;
+each process builds the rows of its own devices and steps its own devices' environments, and collectives span all
+processes. Outputs are read back via ``out_axes`` and ``addressable_shards`` (this process's rows), never by
+indexing a global array.
 """
 
 from __future__ import annotations
@@ -11,8 +24,67 @@ from typing import Any, Callable, Sequence
 
 import jax
 import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXIS_NAME = "devices"
+BACKENDS = ("pmap", "shard_map")  # how the device axis is provided; see the module docstring
+
+
+def init_distributed(
+    coordinator: str,
+    num_processes: int = 1,
+    process_id: int = 0,
+    *,
+    init_timeout_s: int = 300,
+    heartbeat_timeout_s: int = 100,
+) -> bool:
+    """Join a multi-process run on JAX's distributed runtime; returns whether this process is in one.
+
+    Args:
+      coordinator: ``HOST:PORT`` where process 0 runs the coordination service (every process passes the same);
+        ``"auto"`` to let ``jax.distributed.initialize`` read the cluster's environment (SLURM, Open MPI, or
+        ``JAX_COORDINATOR_ADDRESS`` with the scheduler's process count and rank); ``""`` for a single-process run
+        (nothing happens).
+      num_processes, process_id: the run's process count and this process's rank ``0..num_processes-1`` (ignored
+        with ``"auto"``).
+      init_timeout_s: how long to wait for every process to join; then JAX ends this process with an error
+        (``DEADLINE_EXCEEDED``, from its C++ runtime: no Python exception to catch).
+      heartbeat_timeout_s: a process silent for this long (it died, or its host did) is declared dead by the
+        coordination service, and every other process then exits with an error saying so, instead of waiting
+        forever in a collective.
+
+    Call before the first JAX computation. Calling again once joined does nothing.
+    """
+    if not coordinator:
+        return False
+    if jax.distributed.is_initialized():
+        return True
+    # CPU devices in different processes exchange collectives through gloo (the default CPU collectives stay inside
+    # one process); GPU and TPU devices use their own (NCCL, ICI) and ignore this setting.
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    timeouts = dict(initialization_timeout=init_timeout_s, heartbeat_timeout_seconds=heartbeat_timeout_s)
+    try:
+        if coordinator == "auto":
+            jax.distributed.initialize(**timeouts)
+        else:
+            jax.distributed.initialize(coordinator, num_processes, process_id, **timeouts)
+    except RuntimeError as err:  # e.g. called after the first computation, or a coordinator address in use
+        who = "auto-detected process" if coordinator == "auto" else f"process {process_id} of {num_processes}"
+        raise RuntimeError(
+            f"could not join the multi-process run at coordinator {coordinator!r} as {who} "
+            f"(init timeout {init_timeout_s}s; every process must start with the same coordinator and process count, "
+            f"and join before its first JAX computation): {err}"
+        ) from err
+    return True
+
+
+def is_primary() -> bool:
+    """Whether this process writes the run's files (log lines, config.json, metrics.jsonl, checkpoints).
+
+    True for the only process of a single-process run and for process 0 of a multi-process run. The other
+    processes compute the same values and skip the writes; every process may read the files afterwards.
+    """
+    return jax.process_index() == 0
 
 
 def request_cpu_devices(n: int) -> None:
@@ -26,13 +98,15 @@ def request_cpu_devices(n: int) -> None:
 
 
 def select_devices(num_devices: int | None = None) -> list:
-    """The first ``num_devices`` local devices (all of them when ``None`` or 0).
+    """The first ``num_devices`` local devices of every process (all of them when ``None`` or 0), process by process.
 
-    Raises ``ValueError`` naming the count asked for and what this host has.
+    In a single-process run these are this host's first ``num_devices`` devices. In a multi-process run every
+    process gets the same global list ``[process 0's devices, process 1's devices, ...]``; its own devices sit at
+    ``local_positions(devices)``. Raises ``ValueError`` naming the count asked for and what this host has.
     """
     available = jax.local_devices()
     if num_devices in (None, 0):
-        return available
+        num_devices = len(available)
     if not isinstance(num_devices, int) or num_devices < 0:
         raise ValueError(f"devices={num_devices!r}: must be a positive integer, or 0 for all local devices")
     if num_devices > len(available):
@@ -41,35 +115,129 @@ def select_devices(num_devices: int | None = None) -> list:
             f"devices={num_devices}: this host has only {len(available)} {kind} device(s) ({available}); "
             f"use 1..{len(available)}"
         )
-    return available[:num_devices]
+    if jax.process_count() == 1:
+        return available[:num_devices]
+    return [d for p in range(jax.process_count()) for d in jax.local_devices(process_index=p)[:num_devices]]
+
+
+def local_positions(devices: Sequence) -> list[int]:
+    """Positions in ``devices`` (a global list) of this process's devices; all of them in a single-process run."""
+    me = jax.process_index()
+    return [i for i, d in enumerate(devices) if d.process_index == me]
 
 
 def device_keys(key: jax.Array, devices: Sequence) -> jax.Array:
-    """One independent key per device, stacked ``[D, ...]`` along the mapped axis."""
+    """One independent key per device of ``devices`` (all processes'), stacked ``[D, ...]`` along the mapped axis.
+
+    Device ``i`` of the global list gets row ``i`` whichever process owns it, so a run on 2 processes x 2 devices
+    draws the same keys as a single-process run on 4 devices.
+    """
     return jax.random.split(key, len(devices))
 
 
-def map_init(make_init: Callable[[str | None], Callable], devices: Sequence) -> Callable:
-    """``init(shared, key)`` -> per-device state, mapped over ``devices``.
+def make_mesh(devices: Sequence) -> Mesh:
+    """The 1-D mesh over ``devices`` with the one axis ``AXIS_NAME`` (the mesh ``jax.pmap`` builds too)."""
+    return Mesh(np.asarray(devices), (AXIS_NAME,))
+
+
+def _check_backend(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r}: must be one of {', '.join(BACKENDS)}")
+
+
+def _rows_to_global(rows: Any, devices: Sequence) -> Any:
+    """This process's rows ``[D_local, ...]`` (each already on its device, as pmap returns them) as global arrays
+    ``[D, ...]`` sharded one row per device over ``devices``. Moves no data."""
+    if jax.process_count() == 1:
+        return rows  # pmap's output already is the global array
+    sharding = NamedSharding(make_mesh(devices), PartitionSpec(AXIS_NAME))
+
+    def to_global(x):
+        blocks = [s.data for s in x.addressable_shards]
+        return jax.make_array_from_single_device_arrays((len(devices),) + x.shape[1:], sharding, blocks)
+
+    return jax.tree.map(to_global, rows)
+
+
+def _shard_rows(table: jax.Array, devices: Sequence) -> jax.Array:
+    """A table ``[D, ...]`` that every process can compute whole (e.g. ``device_keys``) as a global array with row
+    ``i`` on ``devices[i]``; each process places only its own rows."""
+    table = np.asarray(table)
+    sharding = NamedSharding(make_mesh(devices), PartitionSpec(AXIS_NAME))
+    return jax.make_array_from_callback(table.shape, sharding, lambda index: table[index])
+
+
+def _leading_axis(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[None], tree)
+
+
+def _without_leading_axis(tree: Any) -> Any:
+    return jax.tree.map(lambda x: x[0], tree)
+
+
+def _shard_map_init(init: Callable, devices: Sequence) -> Callable:
+    """``init(shared, key_device)`` as ``jit(shard_map)``: ``shared`` replicated, keys ``[D, 2]`` -> state
+    ``[D, ...]``."""
+
+    def per_device(shared, key_block):  # key_block: [1, 2], this device's row
+        return _leading_axis(init(shared, _without_leading_axis(key_block)))
+
+    spec = PartitionSpec(AXIS_NAME)
+    return jax.jit(
+        jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(PartitionSpec(), spec), out_specs=spec)
+    )
+
+
+def _shard_map_step(step: Callable, devices: Sequence, donate: bool) -> Callable:
+    """``step(state) -> (state, metrics)`` as ``jit(shard_map)``: state ``[D, ...]`` in and out, metrics replicated.
+
+    ``check_vma`` stays on: it proves at trace time that the metrics are reduced over the axis (a metric that still
+    varies per device is an error for ``out_specs=P()``) instead of silently returning device 0's value.
+    """
+
+    def per_device(state_block):  # every leaf [1, ...], this device's row
+        state, metrics = step(_without_leading_axis(state_block))
+        return _leading_axis(state), metrics
+
+    spec = PartitionSpec(AXIS_NAME)
+    mapped = jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(spec,), out_specs=(spec, PartitionSpec()))
+    return jax.jit(mapped, donate_argnums=(0,) if donate else ())
+
+
+def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, backend: str = "pmap") -> Callable:
+    """``init(shared, key)`` -> per-device state, mapped over ``devices``; every leaf ``[D, ...]``, one row per device.
 
     ``make_init(axis_name)`` returns ``init(shared_arg, key_device)``; ``shared_arg`` (e.g. the parameter key) is
-    broadcast to all devices, and this wrapper splits ``key`` into one key per device.
+    broadcast to all devices, and this wrapper splits ``key`` into one key per device (``device_keys``). In a
+    multi-process run every process calls it with the same arguments and gets the global state, of which it holds
+    (and computed) its own devices' rows.
     """
+    _check_backend(backend)
+    if backend == "shard_map":
+        mapped = _shard_map_init(make_init(AXIS_NAME), devices)
+        return lambda shared, key: mapped(shared, _shard_rows(device_keys(key, devices), devices))
+
     mapped = jax.pmap(make_init(AXIS_NAME), axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
     def init(shared, key):
-        return mapped(shared, device_keys(key, devices))
+        own_keys = device_keys(key, devices)[np.asarray(local_positions(devices))]
+        return _rows_to_global(mapped(shared, own_keys), devices)
 
     return init
 
 
-def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, donate: bool = True):
+def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, donate: bool = True,
+             backend: str = "pmap"):
     """``step(state) -> (state, metrics)`` mapped over ``devices``.
 
     ``make_step(axis_name)`` returns the pure per-device step. Its metrics must already be reduced over the axis
-    (identical on every device); they come back unmapped (``out_axes=None``). The state stays on the devices.
-    Returns the mapped function; ``.lower(state).compile()`` works on it for ahead-of-time compilation.
+    (identical on every device); they come back unmapped (``out_axes=None`` / ``P()``). The state stays on the
+    devices. Returns the mapped function; ``.lower(state).compile()`` works on it for ahead-of-time compilation
+    (use ``compile_step``, which a multi-process run needs).
     """
+    _check_backend(backend)
+    if backend == "shard_map":
+        return _shard_map_step(make_step(AXIS_NAME), devices, donate)
     return jax.pmap(
         make_step(AXIS_NAME),
         axis_name=AXIS_NAME,
@@ -79,8 +247,20 @@ def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, don
     )
 
 
+def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *,
+                 backend: str = "pmap", donate: bool = True) -> Callable:
+    """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it): ``step(state) -> (state,
+    metrics)`` on global arrays, for either backend and any number of processes.
+
+    In a multi-process run this is how to run a step. A plain call of a multi-process ``jax.pmap`` expects and
+    returns only this process's rows; its compiled program (pmap is ``jit`` over ``shard_map`` in the JAX versions
+    this project supports, ``jax/_src/pmap.py``) takes the global arrays as they are, like the shard_map backend's.
+    """
+    return map_step(make_step, devices, donate=donate, backend=backend).lower(state).compile()
+
+
 def replicas(tree: Any) -> list[Any]:
-    """The per-device copies of a mapped pytree, as host numpy pytrees, in device order."""
+    """The per-device copies of a mapped pytree held by this process, as host numpy pytrees, in device order."""
     leaves, treedef = jax.tree.flatten(tree)
     per_leaf = [[np.asarray(s.data)[0] for s in sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)] for x in leaves]
     return [jax.tree.unflatten(treedef, [shards[i] for shards in per_leaf]) for i in range(len(per_leaf[0]))]
@@ -99,3 +279,21 @@ def first_replica(tree: Any) -> Any:
 def to_host(tree: Any) -> Any:
     """Unmapped (``out_axes=None``) outputs as host numpy."""
     return jax.tree.map(np.asarray, tree)
+
+
+def rows_to_host(tree: Any) -> Any:
+    """A per-device state ``[D, ...]`` as one host numpy pytree of the rows this process holds, in device order
+    (every row in a single-process run): what a checkpoint saves."""
+    def read(x):
+        shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
+        return np.concatenate([np.asarray(s.data) for s in shards])
+
+    return jax.tree.map(read, tree)
+
+
+def rows_from_host(tree: Any, devices: Sequence) -> Any:
+    """The inverse of ``rows_to_host`` for a single-process run: host rows ``[D, ...]`` placed one per device, as
+    ``map_init`` lays out a state (what resuming from a checkpoint needs)."""
+    if jax.process_count() > 1:
+        raise NotImplementedError("restoring a checkpoint in a multi-process run is not supported yet")
+    return jax.tree.map(lambda x: _shard_rows(x, devices), tree)

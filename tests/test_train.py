@@ -50,8 +50,11 @@ def test_cli_writes_config_and_metrics(tmp_path, capsys):
     assert config["config"]["hidden_sizes"] == [32, 32] and config["num_devices"] == 2
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(lines) == 3
-    for key in ("env_steps", "sps", "episode_return", "episode_length", "loss/policy", "loss/value"):
+    for key in ("env_steps", "episode_return", "episode_length", "loss/policy", "loss/value"):
         assert key in lines[0]
+    timing = [json.loads(line) for line in (run_dir / "timing.jsonl").read_text().splitlines()]
+    assert [t["update"] for t in timing] == [2, 4, 5] and "sps" in timing[0] and "time_s" in timing[0]
+    assert (run_dir / "checkpoints" / "5" / "rlpar_commit.json").is_file()  # the final checkpoint
 
 
 @pytest.mark.parametrize(
@@ -67,6 +70,11 @@ def test_cli_writes_config_and_metrics(tmp_path, capsys):
         (["ppo", "--activation", "swish"], "activation='swish': must be one of"),
         (["ppo", "--gamma", "1.5"], "gamma=1.5: must be in [0, 1]"),
         ([], "name an agent first"),
+        (["ppo", "--num-steps", "-5"], "num_steps=-5: must be a positive integer"),
+        (["ppo", "--log-every", "0"], "log_every=0: must be a positive integer"),
+        (["ppo", "--checkpoint-every", "-1"], "checkpoint_every=-1: must be a positive integer"),
+        (["ppo", "--resume"], "--resume needs a run dir"),
+        (["--resume", "/nonexistent/run"], "run dir '/nonexistent/run' does not exist"),
     ],
 )
 def test_cli_bad_input_is_a_clear_error(argv, message, capsys):

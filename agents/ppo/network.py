@@ -36,15 +36,30 @@ class MLP(nn.Module):
         return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
 
 
+def patches3x3(x: jax.Array) -> jax.Array:
+    """``[N, H, W, C] -> [N, H, W, 9 C]``: each pixel's 3x3 neighbourhood (zero-padded at the border)."""
+    h, w = x.shape[-3:-1]
+    padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    return jnp.concatenate([padded[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-1)
+
+
 class ConvTorso(nn.Module):
-    """Two 3x3 convolutions (16, 32 channels, ReLU) over ``[..., H, W, C]``, flattened to ``[..., features]``."""
+    """One 3x3 convolution (16 channels, stride 1, SAME padding, ReLU; the MinAtar paper's network) over
+    ``[..., H, W, C]``, flattened to ``[..., H * W * channels]``.
+
+    Written as a dense layer over 3x3 patches (the same linear map as ``nn.Conv``): XLA:CPU runs convolutions inside
+    loops (every training step here runs inside ``lax.scan``) about 8x slower than the equivalent matmul, measured
+    on a 2-core CPU (0.8 s vs 0.09 s for 4 minibatch gradients of 512 MinAtar frames).
+    """
+
+    channels: int = 16
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         batch_shape = x.shape[:-3]
         x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
-        for channels in (16, 32):
-            x = nn.relu(nn.Conv(channels, (3, 3), kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
+        kernel_init = nn.initializers.orthogonal(np.sqrt(2.0))
+        x = nn.relu(nn.Dense(self.channels, kernel_init=kernel_init)(patches3x3(x)))
         return x.reshape(batch_shape + (-1,))
 
 

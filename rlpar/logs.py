@@ -1,0 +1,120 @@
+"""A run's log files: ``metrics.jsonl``, ``timing.jsonl`` and (optionally) TensorBoard events.
+
+Each logged chunk's record is split in two. Its wall-clock fields (``TIMING_FIELDS``) go to ``timing.jsonl``; the
+rest (losses, episode statistics, update and step counts) go to ``metrics.jsonl``, which is therefore bit-identical
+between two runs with the same seed and device count, and between an uninterrupted run and a killed-and-resumed one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from rlpar import rundir
+from rlpar.checkpoint import CheckpointError, Position
+
+TIMING_FIELDS = ("time_s", "sps")  # vary from run to run; everything else in a record is deterministic
+_STEP_FIELDS = ("update", "env_steps")  # TensorBoard's x axis, not scalars of their own
+
+
+def split_record(record: dict) -> tuple[dict, dict]:
+    """``(deterministic part, timing part)``; the timing part keeps ``update`` to line the two files up."""
+    timing = {"update": record["update"], **{k: record[k] for k in TIMING_FIELDS if k in record}}
+    return {k: v for k, v in record.items() if k not in TIMING_FIELDS}, timing
+
+
+def tensorboard_scalars(record: dict) -> dict[str, float]:
+    """A record as TensorBoard tags: namespaced names kept (``loss/policy``), episode statistics under ``train/``,
+    timing under ``perf/``; missing values (``None``: no episode ended in the chunk) left out."""
+    scalars = {}
+    for name, value in record.items():
+        if name in _STEP_FIELDS or value is None:
+            continue
+        if "/" in name:
+            tag = name
+        elif name in TIMING_FIELDS:
+            tag = f"perf/{name}"
+        else:
+            tag = f"train/{name}"
+        scalars[tag] = float(value)
+    return scalars
+
+
+def _read_prefix(path: Path, num_bytes: int, num_records: int) -> list[dict]:
+    """The first ``num_records`` JSON lines of ``path``, which must be exactly its first ``num_bytes`` bytes."""
+    size = path.stat().st_size if path.is_file() else 0
+    if size < num_bytes:
+        raise CheckpointError(
+            f"{path} has {size} bytes but the checkpoint was written after {num_bytes}: the run dir was changed "
+            "after the checkpoint; start a new run"
+        )
+    with open(path, "rb") as f:
+        lines = f.read(num_bytes).decode().splitlines()
+    if len(lines) != num_records:
+        raise CheckpointError(f"{path} holds {len(lines)} records where the checkpoint expects {num_records}")
+    return [json.loads(line) for line in lines]
+
+
+class RunLogger:
+    """Writes one record per logged chunk to a run dir.
+
+    ``resume_at=None`` starts the files afresh. Otherwise the files are cut back to a checkpoint's ``Position``
+    (dropping the lines a killed run wrote after it) and ``previous_records`` holds the records kept, timing merged
+    back in.
+    """
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, resume_at: Position | None = None):
+        self.run_dir = Path(run_dir)
+        self.previous_records: list[dict] = []
+        metrics_path, timing_path = self.run_dir / rundir.METRICS, self.run_dir / rundir.TIMING
+        if resume_at is not None:
+            metrics = _read_prefix(metrics_path, resume_at.metrics_bytes, resume_at.num_records)
+            timing = _read_prefix(timing_path, resume_at.timing_bytes, resume_at.num_records)
+            self.previous_records = [{**m, **t} for m, t in zip(metrics, timing)]
+            os.truncate(metrics_path, resume_at.metrics_bytes)
+            os.truncate(timing_path, resume_at.timing_bytes)
+        self.num_records = len(self.previous_records)
+        mode = "a" if resume_at is not None else "w"
+        self._metrics = open(metrics_path, mode)
+        self._timing = open(timing_path, mode)
+        self._tensorboard = self._open_tensorboard(resume_at) if tensorboard else None
+
+    def _open_tensorboard(self, resume_at: Position | None):
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            raise ImportError("--tensorboard needs tensorboardX: pip install tensorboardX") from None
+        # On resume, TensorBoard drops the killed run's events from the first step after the checkpoint on.
+        previous = self.previous_records
+        purge_step = previous[-1]["env_steps"] + 1 if previous else None
+        return SummaryWriter(str(self.run_dir / rundir.TENSORBOARD), purge_step=purge_step)
+
+    def write(self, record: dict) -> None:
+        metrics, timing = split_record(record)
+        self._metrics.write(json.dumps(metrics) + "\n")
+        self._timing.write(json.dumps(timing) + "\n")
+        self._metrics.flush()
+        self._timing.flush()
+        self.num_records += 1
+        if self._tensorboard is not None:
+            for tag, value in tensorboard_scalars(record).items():
+                self._tensorboard.add_scalar(tag, value, global_step=record["env_steps"])
+
+    def position(self, updates_done: int) -> Position:
+        """Where the files stand now; call after ``sync`` so the bytes are on disk."""
+        return Position(updates_done, self.num_records, self._metrics.tell(), self._timing.tell())
+
+    def sync(self) -> None:
+        """Flush everything to disk (before a checkpoint records the files' lengths)."""
+        for f in (self._metrics, self._timing):
+            f.flush()
+            os.fsync(f.fileno())
+        if self._tensorboard is not None:
+            self._tensorboard.flush()
+
+    def close(self) -> None:
+        self._metrics.close()
+        self._timing.close()
+        if self._tensorboard is not None:
+            self._tensorboard.close()
