@@ -60,19 +60,16 @@ def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_
     Args:
       env, env_params: a gymnax 1.0 environment (six-value, auto-resetting ``step``), e.g. from ``envs.make``.
       policy_fn: ``(params, obs [B, ...], key) -> (action [B, ...], log_prob [B], value [B])``.
-      value_fn: ``(params, obs [N, ...]) -> value [N]``; used once per rollout, batched over all ``T * B`` final
-        observations, to get ``final_value`` for truncated steps.
+      value_fn: ``(params, obs [N, ...]) -> value [N]``; used once per rollout on the final observations of the
+        truncated steps (see ``truncated_values``), to get ``final_value``.
       num_steps: ``T``, environment steps per collect call.
     """
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def env_step(carry: RolloutState, params):
-        key, key_act, key_env = jax.random.split(carry.key, 3)
-        action, log_prob, value = policy_fn(params, carry.obs, key_act)
-        num_envs = carry.obs.shape[0]
-        obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(key_env, num_envs), carry.env_state, action, env_params
-        )
+    def env_step(carry: RolloutState, params, keys_t: jax.Array):
+        # keys_t [1 + B]: the acting key, then one key per environment
+        action, log_prob, value = policy_fn(params, carry.obs, keys_t[0])
+        obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], carry.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
         transition = Transition(
             obs=carry.obs,
@@ -87,13 +84,45 @@ def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_
             episode_length=info["episode_length"],
             episode_done=info["episode_done"],
         )
-        return RolloutState(env_state=env_state, obs=obs, key=key), (transition, info["final_observation"])
+        return carry.replace(env_state=env_state, obs=obs), (transition, info["final_observation"])
 
     def collect(params, state: RolloutState) -> tuple[RolloutState, Transition]:
-        state, (traj, final_obs) = jax.lax.scan(lambda c, _: env_step(c, params), state, None, length=num_steps)
-        t, b = traj.reward.shape
-        final_value = value_fn(params, final_obs.reshape((t * b,) + final_obs.shape[2:])).reshape(t, b)
-        traj = traj._replace(final_value=jnp.where(traj.truncated, final_value, 0.0))
-        return state, traj
+        key_next, key_steps = jax.random.split(state.key)
+        # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU each
+        # threefry call is a loop of its own, and this took a quarter or more off the collector's time.
+        num_envs = state.obs.shape[0]
+        keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
+        keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
+        state, (traj, final_obs) = jax.lax.scan(lambda c, k: env_step(c, params, k), state, keys)
+        state = state.replace(key=key_next)
+        final_value = truncated_values(value_fn, params, final_obs, traj.truncated)
+        return state, traj._replace(final_value=final_value)
 
     return collect
+
+
+def truncated_values(value_fn: ValueFn, params, final_obs: jax.Array, truncated: jax.Array) -> jax.Array:
+    """``V(final_obs)`` where ``truncated``, 0 elsewhere; ``final_obs [T, B, ...]``, ``truncated [T, B]`` -> ``[T, B]``.
+
+    Time limits cut an episode at most once per environment in a typical rollout, so the critic runs on a compacted
+    batch of ``B`` rows (the truncated steps' final observations, padded) instead of all ``T * B``: on CartPole
+    (64x64 MLP) evaluating every row cost about a third of the collector's time. If more than ``B`` steps of this
+    rollout were truncated, it falls back to all ``T * B`` rows; the result is the same either way.
+    """
+    t, b = truncated.shape
+    flat_obs = final_obs.reshape((t * b,) + final_obs.shape[2:])
+    flat_truncated = truncated.reshape(t * b)
+
+    def compact(_):
+        (rows,) = jnp.nonzero(flat_truncated, size=b, fill_value=0)  # padding repeats row 0, masked below
+        # Mask by position, not by flat_truncated[rows]: if row 0 is itself truncated, the padding copies of it
+        # would otherwise add its value again.
+        valid = jnp.arange(b) < jnp.sum(flat_truncated)
+        values = jnp.where(valid, value_fn(params, flat_obs[rows]), 0.0)
+        return jnp.zeros(t * b, values.dtype).at[rows].add(values)
+
+    def every_row(_):
+        return value_fn(params, flat_obs)
+
+    values = jax.lax.cond(jnp.sum(flat_truncated) <= b, compact, every_row, None)
+    return jnp.where(truncated, values.reshape(t, b), 0.0)

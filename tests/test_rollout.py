@@ -49,3 +49,34 @@ def test_collector_is_deterministic_and_envs_differ():
     _, b = collect(None, s0)
     np.testing.assert_array_equal(a.obs, b.obs)
     assert not np.allclose(a.obs[:, 0], a.obs[:, 1])  # independent envs
+
+
+def test_truncated_values_compact_and_fallback_agree():
+    # final_obs[t, b] = [10 t + b]; value_fn = obs + 0.5, so V = 10 t + b + 0.5 where truncated, 0 elsewhere.
+    final_obs = (10.0 * jnp.arange(3)[:, None] + jnp.arange(2)[None, :])[..., None]  # [T=3, B=2, 1]
+    value_fn = lambda p, obs: obs[:, 0] + 0.5
+    few = jnp.array([[False, True], [False, False], [True, False]])  # 2 <= B truncations: compacted batch
+    many = jnp.array([[True, True], [False, True], [True, False]])  # 4 > B: every row is evaluated
+    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, few),
+                                  [[0.0, 1.5], [0.0, 0.0], [20.5, 0.0]])
+    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, many),
+                                  [[0.5, 1.5], [0.0, 11.5], [20.5, 0.0]])
+    # only row 0 truncated: the padding of the compacted batch repeats row 0 and must not add its value again
+    first = jnp.zeros((3, 2), bool).at[0, 0].set(True)
+    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, first),
+                                  [[0.5, 0.0], [0.0, 0.0], [0.0, 0.0]])
+
+
+def test_truncated_values_when_the_first_row_is_truncated():
+    # Only flat row 0 (t=0, b=0) is truncated: its value must appear once, even though the compacted batch pads
+    # with copies of row 0.
+    final_obs = jnp.arange(9.0).reshape(3, 3, 1)
+    truncated = jnp.zeros((3, 3), bool).at[0, 0].set(True)
+    values = rollout.truncated_values(lambda p, o: 100.0 + o[:, 0], None, final_obs, truncated)
+    expected = np.zeros((3, 3))
+    expected[0, 0] = 100.0
+    np.testing.assert_allclose(np.asarray(values), expected)
+    # and the fallback path (more truncated steps than envs) gives the same values where truncated
+    many = jnp.ones((3, 3), bool)
+    np.testing.assert_allclose(np.asarray(rollout.truncated_values(lambda p, o: 100.0 + o[:, 0], None, final_obs,
+                                                                   many)), 100.0 + np.arange(9.0).reshape(3, 3))

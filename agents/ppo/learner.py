@@ -59,13 +59,31 @@ class PPO(NamedTuple):
     act: Callable[..., jax.Array]
 
 
+def episode_metrics(traj: Transition, axis_name: str | None) -> dict:
+    """Counts and sums over the episodes that ended in ``traj``, summed over devices (the host divides)."""
+    done = traj.episode_done.astype(jnp.float32)
+    return psum(
+        {
+            "episode/count": jnp.sum(done),
+            "episode/return_sum": jnp.sum(done * traj.episode_return),
+            "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
+        },
+        axis_name,
+    )
+
+
 def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
-    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0."""
+    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0.
+
+    The update runs on all parameters raveled into one vector (``optax.flatten``): the same arithmetic, but a
+    handful of fused kernels per gradient step instead of a few per parameter array, which is what a small MLP's
+    update costs on CPU (about half the kernels of a 64x64 actor-critic's gradient step).
+    """
     if config.anneal_lr:
         lr = optax.linear_schedule(config.lr, 0.0, config.num_gradient_steps)
     else:
         lr = config.lr
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+    return optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
 
 
 def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name: str | None = None) -> PPO:
@@ -142,17 +160,6 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         (params, opt_state), infos = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
         return (params, opt_state, batch), infos
 
-    def episode_metrics(traj: Transition) -> dict:
-        done = traj.episode_done.astype(jnp.float32)
-        return psum(
-            {
-                "episode/count": jnp.sum(done),
-                "episode/return_sum": jnp.sum(done * traj.episode_return),
-                "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
-            },
-            axis_name,
-        )
-
     def update(state: PPOState) -> tuple[PPOState, dict]:
         acting = (state.params, state.obs_stats)
         rollout_state, traj = collect(acting, state.rollout)
@@ -167,7 +174,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
             update_epoch, (state.params, state.opt_state, batch), jnp.stack(epoch_keys)
         )
         metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
-        metrics.update(episode_metrics(traj))
+        metrics.update(episode_metrics(traj, axis_name))
         obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
         new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1, obs_stats)
         return new_state, metrics

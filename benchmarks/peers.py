@@ -1,0 +1,260 @@
+"""Peer PPO implementations measured on this machine, each in its own virtual environment.
+
+Peers are optional extras, never dependencies of rlpar or its tests:
+
+- rejax (JAX, gymnax < 1): ``benchmarks/.peers/rejax-venv``;
+- Stable-Baselines3 (PyTorch on CPU, gymnasium CartPole): ``benchmarks/.peers/sb3-venv``.
+
+Usage (from the repository root)::
+
+    python benchmarks/peers.py install                 # create both venvs (minutes; needs the package index)
+    python benchmarks/peers.py rejax --total-timesteps 1000000
+    python benchmarks/peers.py sb3 --total-timesteps 50000
+
+``rejax`` and ``sb3`` re-run this file with the peer venv's Python (``--inside``), which imports only the peer's
+packages (never rlpar: its gymnax is incompatible), trains, and prints one JSON result line. This file therefore
+imports nothing but the standard library at the top.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PEERS_DIR = Path(__file__).resolve().parent / ".peers"
+
+# What each venv gets. rejax 0.1.x unpacks gymnax 0.0.x's five-value step, so it needs gymnax < 1; jax is pinned to
+# the version rlpar is measured with where that resolves, so both JAX engines run the same compiler.
+PEER_PACKAGES = {
+    "rejax": ["rejax==0.1.3", "gymnax<1"],
+    "sb3": ["torch==2.13.0", "stable-baselines3", "gymnasium"],
+}
+
+
+def venv_python(peer: str) -> Path:
+    return PEERS_DIR / f"{peer}-venv" / "bin" / "python"
+
+
+def install(peer: str, jax_version: str | None) -> None:
+    """Create ``.peers/<peer>-venv`` (if missing) and pip-install the peer's packages into it."""
+    venv = PEERS_DIR / f"{peer}-venv"
+    if not venv_python(peer).exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    packages = list(PEER_PACKAGES[peer])
+    if peer == "rejax" and jax_version:
+        packages += [f"jax=={jax_version}", f"jaxlib=={jax_version}"]
+    print(f"[peers] installing into {venv}: {' '.join(packages)}", flush=True)
+    result = subprocess.run([str(venv_python(peer)), "-m", "pip", "install", "-q", *packages])
+    if result.returncode and peer == "rejax" and jax_version:
+        print("[peers] rejax with the same jax failed to resolve; retrying with pip's choice of jax", flush=True)
+        subprocess.run([str(venv_python(peer)), "-m", "pip", "install", "-q", *PEER_PACKAGES[peer]], check=True)
+    elif result.returncode:
+        raise SystemExit(f"[peers] pip install failed for {peer}")
+
+
+def installed(peer: str) -> bool:
+    return venv_python(peer).exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The code below runs inside a peer venv.
+
+
+def _rejax_main(args) -> dict:
+    """Train rejax PPO on the rlpar default CartPole config; time it without compilation."""
+    import jax
+    import rejax
+
+    config = dict(
+        env=args.env,
+        num_envs=args.num_envs,
+        num_steps=args.num_steps,
+        num_epochs=args.update_epochs,
+        num_minibatches=args.num_minibatches,
+        learning_rate=args.lr,
+        max_grad_norm=args.max_grad_norm,
+        total_timesteps=args.total_timesteps,
+        eval_freq=args.total_timesteps,  # one training chunk, no evaluation in between
+        skip_initial_evaluation=True,
+        gamma=args.gamma,
+        gae_lambda=args.gae_lambda,
+        clip_eps=args.clip_eps,
+        vf_coef=args.vf_coef,
+        ent_coef=args.ent_coef,
+        agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
+    )
+    algo = rejax.PPO.create(**config)
+    evaluate = algo.eval_callback
+    timed = algo.replace(eval_callback=lambda algo, ts, rng: ())  # no evaluation inside the timed program
+    train = jax.jit(timed.train)
+
+    key = jax.random.PRNGKey(args.seed)
+    start = time.perf_counter()
+    compiled = train.lower(key).compile()
+    compile_s = time.perf_counter() - start
+    times, ts = [], None
+    for repeat in range(args.repeats):
+        start = time.perf_counter()
+        ts, _ = jax.block_until_ready(compiled(jax.random.PRNGKey(args.seed + repeat)))
+        times.append(time.perf_counter() - start)
+    lengths, returns = evaluate(algo, ts, jax.random.PRNGKey(123))
+    steps = _rounded_steps(args.total_timesteps, args.num_envs * args.num_steps, round_up=True)  # rejax: np.ceil
+    device = jax.devices()[0]
+    return {
+        "peer": "rejax",
+        "peer_version": _version("rejax"),
+        "jax_version": jax.__version__,
+        "backend": device.platform,
+        "device_kind": device.device_kind,
+        "num_devices": 1,
+        "compile_s": compile_s,
+        "final_return": float(returns.mean()),
+        **_sps_fields(steps, times),
+    }
+
+
+def _sb3_main(args) -> dict:
+    """Train Stable-Baselines3 PPO (PyTorch, CPU) on gymnasium CartPole-v1 with the same hyperparameters."""
+    import gymnasium
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(args.threads)
+    times, model = [], None
+    for repeat in range(args.repeats):
+        vec_env = make_vec_env(args.env, n_envs=args.num_envs, seed=args.seed + repeat)
+        model = PPO(
+            "MlpPolicy", vec_env, n_steps=args.num_steps,
+            batch_size=args.num_envs * args.num_steps // args.num_minibatches,
+            n_epochs=args.update_epochs, learning_rate=args.lr, gamma=args.gamma, gae_lambda=args.gae_lambda,
+            clip_range=args.clip_eps, ent_coef=args.ent_coef, vf_coef=args.vf_coef, max_grad_norm=args.max_grad_norm,
+            policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=torch.nn.Tanh),
+            seed=args.seed + repeat, device="cpu", verbose=0,
+        )
+        start = time.perf_counter()
+        model.learn(total_timesteps=args.total_timesteps)
+        times.append(time.perf_counter() - start)
+    mean_return, _ = evaluate_policy(model, make_vec_env(args.env, n_envs=1, seed=123), n_eval_episodes=10)
+    steps = _rounded_steps(args.total_timesteps, args.num_envs * args.num_steps, round_up=True)
+    return {
+        "peer": "sb3",
+        "peer_version": _version("stable-baselines3"),
+        "torch_version": torch.__version__,
+        "gymnasium_version": gymnasium.__version__,
+        "torch_threads": args.threads,
+        "backend": "cpu",
+        "device_kind": "cpu",
+        "num_devices": 1,
+        "compile_s": 0.0,
+        "final_return": float(mean_return),
+        **_sps_fields(steps, times),
+    }
+
+
+def _rounded_steps(total: int, batch: int, round_up: bool = False) -> int:
+    whole = -(-total // batch) if round_up else total // batch
+    return whole * batch
+
+
+def _sps_fields(steps: int, times: list[float]) -> dict:
+    sps = sorted(steps / t for t in times)
+    return {
+        "env_steps": steps,
+        "train_s_median": statistics.median(times),
+        "sps_median": statistics.median(sps),
+        "sps_min": sps[0],
+        "sps_max": sps[-1],
+        "repeats": len(times),
+    }
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import version
+
+    return version(dist)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The outside: install, or run a peer in its venv and relay its JSON line.
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """The shared PPO settings; defaults are rlpar's PPOConfig defaults (CartPole, 8 envs x 128 steps)."""
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--total-timesteps", type=int, default=1_000_000)
+    parser.add_argument("--update-epochs", type=int, default=4)
+    parser.add_argument("--num-minibatches", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=2.5e-4)
+    parser.add_argument("--gamma", type=float, default=0.99)
+    parser.add_argument("--gae-lambda", type=float, default=0.95)
+    parser.add_argument("--clip-eps", type=float, default=0.2)
+    parser.add_argument("--ent-coef", type=float, default=0.01)
+    parser.add_argument("--vf-coef", type=float, default=0.5)
+    parser.add_argument("--max-grad-norm", type=float, default=0.5)
+    parser.add_argument("--repeats", type=int, default=3, help="timed training runs; median and min/max reported")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (sb3 only)")
+
+
+def run_peer(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
+    """Run ``peer`` in its venv; returns its JSON record, or None (with a message) if it is not installed or fails."""
+    if not installed(peer):
+        print(f"[peers] {peer} skipped: not installed (python benchmarks/peers.py install)", file=sys.stderr)
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
+    env["JAX_PLATFORMS"] = "cpu"
+    cmd = [str(venv_python(peer)), str(Path(__file__).resolve()), "--inside", peer, *argv]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        print(f"[peers] {peer} timed out after {timeout_s:.0f}s", file=sys.stderr)
+        return None
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        print(f"[peers] {peer} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
+        return None
+    return json.loads(lines[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--inside"]:
+        peer = argv[1]
+        parser = argparse.ArgumentParser()
+        add_config_flags(parser)
+        args = parser.parse_args(argv[2:])
+        record = {"rejax": _rejax_main, "sb3": _sb3_main}[peer](args)
+        record.update(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
+                      total_timesteps=args.total_timesteps)
+        print(json.dumps(record), flush=True)
+        return 0
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("command", choices=["install", "rejax", "sb3"])
+    parser.add_argument("--peers", default="rejax,sb3", help="install: which peers")
+    parser.add_argument("--jax-version", default=None, help="install: jax version for rejax (default: this venv's)")
+    args, rest = parser.parse_known_args(argv)
+    if args.command == "install":
+        jax_version = args.jax_version or _version("jax")
+        for peer in args.peers.split(","):
+            install(peer, jax_version)
+        return 0
+    record = run_peer(args.command, rest)
+    if record is None:
+        return 1
+    print(json.dumps(record))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

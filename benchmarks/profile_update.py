@@ -1,0 +1,97 @@
+"""Where one PPO update's time goes: collect vs gradient steps vs the rest (advantages, shuffling, metrics).
+
+Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``--updates`` per compiled call):
+
+- ``update``: ``agents.ppo.make_ppo(...).update``, the whole per-device step the runner maps;
+- ``collect``: ``rlpar.rollout.make_collector`` with the same network (see ``rollout_sps.make_policy``);
+- ``grad steps``: ``update_epochs * num_minibatches`` gradient + optimizer steps on a minibatch-sized batch;
+- ``rest`` = update - collect - grad steps.
+
+    python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
+    python benchmarks/profile_update.py --num-envs 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import common  # noqa: F401
+
+
+def median_seconds(fn, *args, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--num-steps", type=int, default=128)
+    parser.add_argument("--updates", type=int, default=10, help="updates per compiled call")
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    import envs
+    from agents.ppo import Batch, PPOConfig, make_optimizer, make_ppo
+    from rlpar import rollout
+    from rollout_sps import make_policy
+
+    config = PPOConfig(num_envs=args.num_envs, num_steps=args.num_steps)
+    env, env_params = envs.make(args.env)
+    ppo = make_ppo(config, env, env_params, config.num_envs, None)
+    state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+    k = args.updates
+
+    def scan(body, carry, length):
+        return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=length)[0]
+
+    update = jax.jit(lambda s: scan(lambda s: ppo.update(s)[0], s, k))
+    t_update = median_seconds(update, state, repeats=args.repeats) / k
+
+    _, policy_fn, value_fn = make_policy(env, env_params, config.hidden_sizes)
+    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, config.num_steps)
+    collect_k = jax.jit(lambda p, r: scan(lambda r: collect(p, r)[0], r, k))
+    t_collect = median_seconds(collect_k, state.params, state.rollout, repeats=args.repeats) / k
+
+    n = config.minibatch_size
+    obs_dim = env.observation_space(env_params).shape
+    keys = jax.random.split(jax.random.PRNGKey(2), 3)
+    batch = Batch(jax.random.normal(keys[0], (n, *obs_dim)), jax.random.randint(keys[1], (n,), 0, 2),
+                  jnp.full((n,), -0.69), jnp.zeros(n), jax.random.normal(keys[2], (n,)), jnp.zeros(n))
+    tx = make_optimizer(config)
+
+    def grad_step(carry):
+        params, opt_state = carry
+        grads, _ = ppo.grad(params, batch)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    steps = config.update_epochs * config.num_minibatches
+    grads_k = jax.jit(lambda c: scan(grad_step, c, steps * k))
+    t_grads = median_seconds(grads_k, (state.params, state.opt_state), repeats=args.repeats) / k
+
+    rest = t_update - t_collect - t_grads
+    print(f"{args.env}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
+          f"{config.num_minibatches} minibatches of {n}, backend {jax.devices()[0].platform}")
+    print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")
+    for name, t in (("collect", t_collect), (f"{steps} grad steps", t_grads), ("rest", rest)):
+        print(f"{name:15s}{1e3 * t:8.2f} ms  {100 * t / t_update:5.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,259 @@
+"""Environment steps per second of the engine's collector, against a bare gymnax vmap + scan loop.
+
+Both programs step ``num_envs`` environments (split evenly over the devices) for ``num_steps`` steps per call with
+the same PPO actor-critic network choosing the actions; nothing learns. They differ only in what the engine adds:
+
+- engine: ``envs.make`` (FlattenObservation + EpisodeStatistics) and ``rlpar.rollout.make_collector``, whose
+  ``Transition`` also carries episode statistics and ``final_value`` (the critic at ``final_observation``);
+- bare: raw ``gymnax.make`` stepped by ``jax.vmap`` inside ``jax.lax.scan``, keeping obs, action, log-prob, value,
+  reward, terminated and truncated.
+
+Both are mapped over devices with ``rlpar.parallel`` and keep their whole trajectory as output (so XLA cannot drop
+any of it). Compilation is timed separately; after one warm-up call, each repeat runs enough calls to last about
+``--min-repeat-s`` and is timed with ``jax.block_until_ready``; the two programs take turns repeat by repeat, and
+the median over repeats is reported.
+
+    python benchmarks/rollout_sps.py --env CartPole-v1 --num-envs 1024 --devices 2
+    python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1 --out results/rollout.jsonl
+
+Each measurement is one JSON line (``program`` = ``engine`` or ``bare``); the engine line also has
+``overhead_vs_bare`` = bare SPS / engine SPS - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from typing import Any, NamedTuple
+
+import common  # noqa: F401  (puts the repository root on sys.path)
+from common import command_line, emit, platform_fields, sps_stats
+
+
+class BareTraj(NamedTuple):
+    """What the bare loop keeps per step, every leaf ``[T, B, ...]``."""
+
+    obs: Any
+    action: Any
+    log_prob: Any
+    value: Any
+    reward: Any
+    terminated: Any
+    truncated: Any
+
+
+def make_policy(env, env_params, hidden_sizes):
+    """The PPO actor-critic for ``env`` (as ``agents.ppo`` builds it) and its acting functions.
+
+    Returns ``(network, policy_fn, value_fn)`` with ``policy_fn(params, obs [B, d], key) -> (action, log_prob,
+    value)`` and ``value_fn(params, obs [N, d]) -> value``, the same calls the PPO learner makes.
+    """
+    from agents.ppo.network import ActorCritic, make_network
+
+    network = make_network(env.observation_space(env_params), env.action_space(env_params), hidden_sizes, "tanh")
+
+    def policy_fn(params, obs, key):
+        pi, value = network.apply(params, obs, method=ActorCritic.distribution)
+        action = pi.sample(seed=key)
+        return action, pi.log_prob(action), value
+
+    def value_fn(params, obs):
+        return network.apply(params, obs, method=ActorCritic.value)
+
+    return network, policy_fn, value_fn
+
+
+def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
+    """``(make_init, make_step)`` for ``rlpar.parallel``: the engine's collector, ``calls`` collects per step."""
+    import jax
+    import jax.numpy as jnp
+
+    import envs
+    from rlpar import rollout
+
+    env, env_params = envs.make(env_id)
+    network, policy_fn, value_fn = make_policy(env, env_params, hidden_sizes)
+    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, num_steps)
+    obs_dim = env.observation_space(env_params).shape
+
+    def init(key_params, key_device):
+        params = network.init(key_params, jnp.zeros((1, *obs_dim), jnp.float32))
+        state = rollout.reset(env, env_params, key_device, num_local_envs)
+        traj_shape = jax.eval_shape(collect, params, state)[1]
+        return params, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
+
+    def step(carry):
+        params, state, traj = carry
+
+        def one(inner, _):
+            state, _ = inner
+            return collect(params, state), None
+
+        (state, traj), _ = jax.lax.scan(one, (state, traj), None, length=calls)
+        return (params, state, traj), {}
+
+    return (lambda axis_name: init), (lambda axis_name: step)
+
+
+def make_bare(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
+    """``(make_init, make_step)``: raw gymnax env, ``jax.vmap`` over envs in ``jax.lax.scan``, same network."""
+    import gymnax
+    import jax
+    import jax.numpy as jnp
+
+    import envs
+
+    env, env_params = gymnax.make(env_id)
+    network, policy_fn, _ = make_policy(*envs.make(env_id), hidden_sizes)  # flat observations, as the engine's
+    obs_dim = (math.prod(env.observation_space(env_params).shape),)
+    reset_envs = jax.vmap(env.reset, in_axes=(0, None))
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    flat = lambda obs: obs.reshape((num_local_envs, -1)).astype(jnp.float32)  # noqa: E731
+
+    def env_step(carry, params):
+        env_state, obs, key = carry
+        key, key_act, key_env = jax.random.split(key, 3)
+        action, log_prob, value = policy_fn(params, obs, key_act)
+        next_obs, env_state, reward, terminated, truncated, _ = step_envs(
+            jax.random.split(key_env, num_local_envs), env_state, action, env_params
+        )
+        out = BareTraj(obs, action, log_prob, value, reward, terminated, truncated)
+        return (env_state, flat(next_obs), key), out
+
+    def collect(params, carry):
+        return jax.lax.scan(lambda c, _: env_step(c, params), carry, None, length=num_steps)
+
+    def init(key_params, key_device):
+        params = network.init(key_params, jnp.zeros((1, *obs_dim), jnp.float32))
+        key_reset, key = jax.random.split(key_device)
+        obs, env_state = reset_envs(jax.random.split(key_reset, num_local_envs), env_params)
+        carry = (env_state, flat(obs), key)
+        traj_shape = jax.eval_shape(collect, params, carry)[1]
+        return params, carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
+
+    def step(state):
+        params, carry, traj = state
+
+        def one(inner, _):
+            carry, _ = inner
+            return collect(params, carry), None
+
+        (carry, traj), _ = jax.lax.scan(one, (carry, traj), None, length=calls)
+        return (params, carry, traj), {}
+
+    return (lambda axis_name: init), (lambda axis_name: step)
+
+
+class Program(NamedTuple):
+    """A compiled, warmed-up program ready to time."""
+
+    step: Any  # compiled mapped step: state -> (state, {})
+    state: Any  # its current state (donated to each call, so always the latest)
+    compile_s: float
+    dispatches: int  # compiled calls per timed repeat
+
+
+def prepare(make, devices, env_id, num_envs, num_steps, hidden_sizes, calls, min_repeat_s, seed=0) -> Program:
+    """Build, compile (timed) and warm up one program; size its repeats to last about ``min_repeat_s``."""
+    import jax
+
+    from rlpar import parallel
+
+    make_init, make_step = make(env_id, num_envs // len(devices), num_steps, hidden_sizes, calls)
+    state = parallel.map_init(make_init, devices)(jax.random.PRNGKey(seed), jax.random.PRNGKey(seed + 1))
+    start = time.perf_counter()
+    step = parallel.map_step(make_step, devices).lower(state).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    state, _ = step(state)  # warm-up
+    jax.block_until_ready(state)
+    dispatches = max(1, math.ceil(min_repeat_s / max(time.perf_counter() - start, 1e-6)))
+    return Program(step, state, compile_s, dispatches)
+
+
+def time_interleaved(programs: dict[str, Program], repeats: int) -> dict[str, list[float]]:
+    """Seconds per repeat of each program, the programs taking turns so that load from other processes on the
+    host falls on all of them alike (their ratio is then steadier than either figure alone)."""
+    import jax
+
+    times = {name: [] for name in programs}
+    for _ in range(repeats):
+        for name, program in programs.items():
+            state = program.state
+            start = time.perf_counter()
+            for _ in range(program.dispatches):
+                state, _ = program.step(state)
+            jax.block_until_ready(state)
+            times[name].append(time.perf_counter() - start)
+            programs[name] = program._replace(state=state)
+    return times
+
+
+def measure(args, num_envs: int, devices) -> list[dict]:
+    """Engine and (unless ``--no-bare``) bare records for one ``num_envs``."""
+    makers = {"engine": make_engine} if args.no_bare else {"engine": make_engine, "bare": make_bare}
+    calls = args.calls or max(1, args.min_steps_per_call // (num_envs * args.num_steps))
+    base = {
+        "benchmark": "rollout",
+        **platform_fields(devices),
+        "env": args.env,
+        "num_envs": num_envs,
+        "num_envs_per_device": num_envs // len(devices),
+        "num_steps": args.num_steps,
+        "hidden_sizes": list(args.hidden_sizes),
+        "collects_per_call": calls,
+        "command": command_line(),
+    }
+    programs = {name: prepare(make, devices, args.env, num_envs, args.num_steps, args.hidden_sizes, calls,
+                              args.min_repeat_s) for name, make in makers.items()}
+    times = time_interleaved(programs, args.repeats)
+    records = {}
+    for name, program in programs.items():
+        steps = program.dispatches * calls * num_envs * args.num_steps
+        records[name] = {**base, "program": name, "compile_s": round(program.compile_s, 3), "steps_per_repeat": steps,
+                         "calls_per_repeat": program.dispatches, **sps_stats(steps, times[name])}
+    if "bare" in records:
+        ratio = records["bare"]["sps_median"] / records["engine"]["sps_median"]
+        records["engine"]["overhead_vs_bare"] = ratio - 1.0
+    return list(records.values())
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="CartPole-v1", help="gymnax environment id")
+    parser.add_argument("--num-envs", default="1024", help="total environments; a comma list measures each")
+    parser.add_argument("--num-steps", type=int, default=128, help="steps per collect (rollout length T)")
+    parser.add_argument("--devices", type=int, default=1, help="devices; on a CPU-only host this many CPU devices")
+    parser.add_argument("--hidden-sizes", default="64,64", help="actor and critic MLP widths")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
+    parser.add_argument("--min-repeat-s", type=float, default=0.2, help="each repeat runs calls for at least this")
+    parser.add_argument("--min-steps-per-call", type=int, default=16384,
+                        help="collects are scanned inside one compiled call until it holds this many env steps")
+    parser.add_argument("--calls", type=int, default=0,
+                        help="collects per compiled call (0: from --min-steps-per-call)")
+    parser.add_argument("--no-bare", action="store_true", help="time only the engine")
+    parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    args = parser.parse_args(argv)
+    args.num_envs = [int(n) for n in args.num_envs.split(",")]
+    args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from rlpar import parallel
+
+    parallel.request_cpu_devices(args.devices)  # before the first JAX computation
+    devices = parallel.select_devices(args.devices)
+    for num_envs in args.num_envs:
+        if num_envs % len(devices):
+            print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)
+            continue
+        for record in measure(args, num_envs, devices):
+            emit(record, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,234 @@
+"""Every benchmark in one command: rollout sweep, end-to-end training, peers; JSON lines, a PNG and a markdown table.
+
+    python benchmarks/peers.py install            # once: rejax and Stable-Baselines3 venvs (optional)
+    python benchmarks/run_all.py --out benchmarks/results/
+
+Writes into ``--out``: ``rollout.jsonl`` (sweep), ``train.jsonl`` (rlpar and peers), ``rollout_sps.png`` and
+``table.md`` (the tables for ``benchmarks/README.md``, each row with the command that measured it). Every
+device count runs in a fresh process. ``--quick`` shrinks everything for a smoke test (about two minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import common  # noqa: F401
+import peers
+import sweep
+from common import emit, host_fields, read_jsonl
+
+HERE = Path(__file__).resolve().parent
+
+# Training configurations measured end to end. "default" is PPOConfig's CartPole default (the peers' config too);
+# "large" has enough environments per device for compute, not per-step overhead, to dominate.
+TRAIN_CONFIGS = {
+    "default": {"num_envs": 8, "num_steps": 128, "total_timesteps": 1_000_000, "log_every": 10},
+    "large": {"num_envs": 1024, "num_steps": 128, "total_timesteps": 2_097_152, "log_every": 4},
+}
+QUICK_TRAIN_CONFIGS = {
+    "default": {"num_envs": 8, "num_steps": 128, "total_timesteps": 102_400, "log_every": 10},
+    "large": {"num_envs": 256, "num_steps": 128, "total_timesteps": 262_144, "log_every": 4},
+}
+
+
+def train_rlpar(name: str, config: dict, devices: int, out: Path) -> None:
+    """``train_sps.py`` for one config and device count, in a fresh process."""
+    cmd = [sys.executable, str(HERE / "train_sps.py"), "--devices", str(devices)]
+    for key, value in config.items():
+        cmd += [f"--{key.replace('_', '-')}", str(value)]
+    print(f"[run_all] train {name}, {devices} device(s)", flush=True)
+    subprocess.run(cmd + ["--out", str(out)], check=True, stdout=subprocess.DEVNULL)
+    records = read_jsonl(out)
+    records[-1]["config_name"] = name
+    out.write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path) -> None:
+    """One peer on one config; its record (or nothing, if the peer is not installed) appended to ``out``."""
+    argv = ["--num-envs", str(config["num_envs"]), "--num-steps", str(config["num_steps"]),
+            "--total-timesteps", str(config["total_timesteps"]), "--repeats", str(repeats)]
+    print(f"[run_all] peer {peer} {name}", flush=True)
+    record = peers.run_peer(peer, argv)
+    if record is not None:
+        emit({"benchmark": "train", "program": peer, "config_name": name, **host_fields(), **record,
+              "command": "python benchmarks/peers.py " + " ".join([peer, *argv])}, str(out))
+
+
+def _fmt(x, digits=0) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:,.{digits}f}"
+
+
+def _k(x) -> str:
+    return "n/a" if x is None else (f"{x / 1e6:.2f}M" if x >= 1e6 else f"{x / 1e3:.0f}k")
+
+
+def rollout_table(records: list[dict]) -> list[str]:
+    """Rows of (devices, num_envs): engine median [q1-q3], bare median, overhead."""
+    lines = ["| devices | num_envs | engine SPS median [IQR] | bare gymnax SPS median | engine overhead | compile s |",
+             "|---|---|---|---|---|---|"]
+    engine = [r for r in records if r["program"] == "engine"]
+    bare = {(r["num_devices"], r["num_envs"]): r for r in records if r["program"] == "bare"}
+    for r in sorted(engine, key=lambda r: (r["num_devices"], r["num_envs"])):
+        b = bare.get((r["num_devices"], r["num_envs"]))
+        over = r.get("overhead_vs_bare")
+        lines.append(f"| {r['num_devices']} | {r['num_envs']} | {_k(r['sps_median'])} "
+                     f"[{_k(r['sps_q1'])}-{_k(r['sps_q3'])}] | {_k(b['sps_median']) if b else 'n/a'} | "
+                     f"{'n/a' if over is None else format(100 * over, '+.0f') + '%'} | {r['compile_s']:.1f} |")
+    return lines
+
+
+def scaling_lines(records: list[dict]) -> list[str]:
+    """Engine SPS at the largest num_envs measured on every device count, relative to 1 device."""
+    engine = [r for r in records if r["program"] == "engine"]
+    by = {(r["num_devices"], r["num_envs"]): r for r in engine}
+    counts = sorted({r["num_devices"] for r in engine})
+    common_sizes = [n for n in sorted({r["num_envs"] for r in engine}) if all((d, n) in by for d in counts)]
+    out = []
+    for n in common_sizes[-2:]:
+        base = by[(1, n)]["sps_median"] if (1, n) in by else None
+        parts = []
+        for d in counts:
+            sps = by[(d, n)]["sps_median"]
+            parts.append(f"{d} dev {_k(sps)}" + (f" ({sps / base:.2f}x)" if base else ""))
+        out.append(f"- collector, num_envs={n}: " + ", ".join(parts))
+    return out
+
+
+def overhead_lines(records: list[dict]) -> list[str]:
+    """Median engine overhead over bare gymnax per device count, over all sizes and over num_envs >= 1024."""
+    import statistics
+
+    out = []
+    for devices in sorted({r["num_devices"] for r in records}):
+        rows = [r for r in records if r["num_devices"] == devices and r.get("overhead_vs_bare") is not None]
+        if not rows:
+            continue
+        every = statistics.median(r["overhead_vs_bare"] for r in rows)
+        large = [r["overhead_vs_bare"] for r in rows if r["num_envs"] >= 1024]
+        text = f"- collector overhead vs bare gymnax, {devices} device(s): median {100 * every:+.1f}% over all num_envs"
+        if large:
+            text += f", {100 * statistics.median(large):+.1f}% over num_envs >= 1024"
+        out.append(text)
+    return out
+
+
+def train_table(records: list[dict]) -> list[str]:
+    lines = ["| config | program | devices | num_envs x num_steps | env steps | train SPS (end to end) | SPS spread | "
+             "time to return >= target | final return | compile s | command |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in records:
+        spread = f"{_k(r['sps_min'])}-{_k(r['sps_max'])}"
+        sps = r.get("sps_end_to_end", r["sps_median"])
+        tt = r.get("time_to_target_s")
+        to_target = "n/a" if tt is None else f"{tt:.1f} s ({_k(r.get('steps_to_target'))} steps)"
+        lines.append(
+            f"| {r.get('config_name', '')} | {r['program']} | {r['num_devices']} | "
+            f"{r['num_envs']} x {r['num_steps']} | "
+            f"{_k(r['env_steps'])} | {_k(sps)} | {spread} | "
+            f"{to_target} | "
+            f"{_fmt(r.get('final_return'), 1)} | {r.get('compile_s', 0):.1f} | `{r['command']}` |")
+    return lines
+
+
+def ratio_lines(train: list[dict]) -> list[str]:
+    """rlpar against the peers on the same config, and 1 -> 2 -> 4 devices."""
+    def find(program, name, devices=1):
+        for r in train:
+            if r["program"] == program and r.get("config_name") == name and r["num_devices"] == devices:
+                return r.get("sps_end_to_end", r["sps_median"])
+        return None
+
+    out = []
+    for name in ("default", "large"):
+        ours = find("rlpar", name)
+        for peer in ("rejax", "sb3"):
+            theirs = find(peer, name)
+            if ours and theirs:
+                out.append(f"- train SPS, {name} config, 1 device: rlpar / {peer} = {ours / theirs:.2f}x")
+        counts = sorted({r["num_devices"] for r in train if r["program"] == "rlpar" and r.get("config_name") == name})
+        if ours and len(counts) > 1:
+            out.append(f"- train SPS, {name} config: " + ", ".join(
+                f"{d} dev {_k(find('rlpar', name, d))} ({find('rlpar', name, d) / ours:.2f}x)" for d in counts))
+    return out
+
+
+def write_table(out_dir: Path, command: str, started: str) -> Path:
+    rollout = read_jsonl(out_dir / "rollout.jsonl") if (out_dir / "rollout.jsonl").exists() else []
+    train = read_jsonl(out_dir / "train.jsonl") if (out_dir / "train.jsonl").exists() else []
+    first = (rollout or train or [{}])[0]
+    lines = [f"Measured {started} to {host_fields()['time_utc']} with `{command}`; jax {first.get('jax_version')}, "
+             f"backend {first.get('backend')} ({first.get('device_kind')}), {first.get('host_cpus')} host CPUs, "
+             f"1-minute load average at the start of each row between "
+             f"{min((r['load_avg_1m'] for r in rollout + train), default=0):.1f} and "
+             f"{max((r['load_avg_1m'] for r in rollout + train), default=0):.1f}.", "",
+             "Ratios:", *overhead_lines(rollout), *scaling_lines(rollout), *ratio_lines(train), "",
+             "### Rollout (collector, no learning)", "",
+             f"Each row: `{rollout[0]['command'] if rollout else ''}` (with that row's `--devices`); "
+             "median over repeats, IQR in brackets.", "",
+             *rollout_table(rollout), "", "### Training (end to end, compile excluded)", "", *train_table(train), ""]
+    path = out_dir / "table.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="benchmarks/results/", help="output directory")
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--max-envs", type=int, default=8192, help="largest num_envs of the rollout sweep")
+    parser.add_argument("--devices", default="1,2,4", help="device counts (fake CPU devices on a CPU-only host)")
+    parser.add_argument("--train-devices", default="1,2,4", help="device counts for the training runs")
+    parser.add_argument("--repeats", type=int, default=5, help="timed repeats per rollout point")
+    parser.add_argument("--peer-repeats", type=int, default=2, help="timed training runs per peer")
+    parser.add_argument("--sb3-timesteps", type=int, default=65_536, help="SB3 is ~10x slower: fewer steps")
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: rollout, train, peers")
+    parser.add_argument("--quick", action="store_true", help="small settings, for checking the scripts")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    skip = set(filter(None, args.skip.split(",")))
+    started = host_fields()["time_utc"]
+    command = common.command_line()
+    configs = QUICK_TRAIN_CONFIGS if args.quick else TRAIN_CONFIGS
+    t0 = time.perf_counter()
+
+    if "rollout" not in skip:
+        sweep.main(["--env", args.env, "--max-envs", str(64 if args.quick else args.max_envs),
+                    "--min-envs", "16" if args.quick else "1", "--devices", args.devices,
+                    "--repeats", str(2 if args.quick else args.repeats), "--quiet",
+                    "--out", str(out_dir / "rollout.jsonl"), "--png", str(out_dir / "rollout_sps.png")])
+        print(f"[run_all] rollout sweep done at {time.perf_counter() - t0:.0f} s", flush=True)
+    train_out = out_dir / "train.jsonl"
+    if "train" not in skip or "peers" not in skip:
+        train_out.write_text("")
+    if "train" not in skip:
+        for name, config in configs.items():
+            for devices in (int(d) for d in args.train_devices.split(",")):
+                if config["num_envs"] % devices == 0:
+                    train_rlpar(name, config, devices, train_out)
+        print(f"[run_all] training done at {time.perf_counter() - t0:.0f} s", flush=True)
+    if "peers" not in skip:
+        for name, config in configs.items():
+            train_peer("rejax", name, config, 1 if args.quick else args.peer_repeats, train_out)
+        sb3 = dict(configs["default"], total_timesteps=min(args.sb3_timesteps, configs["default"]["total_timesteps"]))
+        train_peer("sb3", "default", sb3, 1, train_out)
+        print(f"[run_all] peers done at {time.perf_counter() - t0:.0f} s", flush=True)
+    table = write_table(out_dir, command, started)
+    print(table.read_text())
+    print(f"[run_all] wrote {out_dir} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

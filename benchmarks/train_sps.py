@@ -1,0 +1,108 @@
+"""End-to-end PPO training speed: environment steps per second and wall-clock time to a target return.
+
+Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads its per-chunk metrics records:
+
+- ``sps_end_to_end``: all env steps / all training seconds (compilation excluded, reported as ``compile_s``);
+- ``sps_median``, quartiles, min/max: over the logged chunks (``--log-every`` updates each);
+- ``time_to_target_s``: training seconds until the first chunk whose mean episode return reaches
+  ``--target-return`` (``null`` if never), and the env steps by then.
+
+    python benchmarks/train_sps.py --devices 1
+    python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000 --out results/train.jsonl
+
+PPO flags are the same as ``python -m rlpar.train ppo`` (generated from ``PPOConfig``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+import common  # noqa: F401  (puts the repository root on sys.path)
+from common import command_line, emit, platform_fields, sps_stats
+
+
+def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:
+    """Training seconds and env steps up to the end of the first chunk whose mean return is >= ``target``."""
+    elapsed = 0.0
+    for record in records:
+        elapsed += record["time_s"]
+        if record["episode_return"] is not None and record["episode_return"] >= target:
+            return elapsed, record["env_steps"]
+    return None, None
+
+
+def train_record(config, run_config, target: float) -> dict:
+    """Train once; one result record."""
+    from agents import AGENTS
+    from rlpar import parallel
+    from rlpar.runner import mean_recent_return, run
+
+    devices = parallel.select_devices(run_config.devices)
+    result = run(AGENTS["ppo"], config, run_config)
+    records = result.metrics
+    train_s = sum(r["time_s"] for r in records)
+    steps = records[-1]["env_steps"]
+    chunk = sps_stats(1, [r["time_s"] / (r["env_steps"] - prev) for r, prev in
+                          zip(records, [0] + [r["env_steps"] for r in records[:-1]])])
+    target_s, target_steps = time_to_target(records, target)
+    return {
+        "benchmark": "train",
+        "program": "rlpar",
+        **platform_fields(devices),
+        "env": run_config.env,
+        "num_envs": config.num_envs,
+        "num_steps": config.num_steps,
+        "total_timesteps": config.total_timesteps,
+        "seed": config.seed,
+        "env_steps": steps,
+        "train_s": round(train_s, 3),
+        "compile_s": round(result.compile_s, 3),
+        "sps_end_to_end": steps / train_s,
+        **chunk,  # over chunks; "repeats" = chunks
+        "target_return": target,
+        "time_to_target_s": target_s,
+        "steps_to_target": target_steps,
+        "final_return": mean_recent_return(records),
+        "log_every": run_config.log_every,
+        "config": dataclasses.asdict(config),
+        "command": command_line(),
+    }
+
+
+def parse_args(argv=None):
+    # CPU devices must be requested before anything starts JAX's backend, and importing agents may (gymnax builds
+    # arrays at import): read --devices first.
+    early = argparse.ArgumentParser(add_help=False)
+    early.add_argument("--devices", type=int, default=1)
+    from rlpar import parallel
+
+    parallel.request_cpu_devices(early.parse_known_args(argv)[0].devices)
+
+    from agents.ppo import PPOConfig
+    from rlpar import cli
+    from rlpar.runner import RunConfig
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target-return", type=float, default=475.0, help="return that counts as solved")
+    parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
+    parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    cli.add_dataclass_flags(parser, RunConfig, "run")
+    cli.add_dataclass_flags(parser, PPOConfig, "ppo")
+    args = parser.parse_args(argv)
+    run_config = cli.build_dataclass(RunConfig, args, run_dir="")
+    if getattr(args, "RunConfig.devices") is None:
+        run_config = dataclasses.replace(run_config, devices=1)
+    config = cli.build_dataclass(PPOConfig, args)
+    return args, run_config.validate(), config
+
+
+def main(argv=None) -> int:
+    args, run_config, config = parse_args(argv)
+    for seed in (int(s) for s in args.seeds.split(",")):
+        emit(train_record(config.replace(seed=seed), run_config, args.target_return), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
