@@ -15,11 +15,11 @@ import optax
 from flax import struct
 
 from agents.advantages import gae, normalize
-from agents.ppo.learner import make_optimizer
+from agents.ppo.learner import episode_metrics, make_optimizer
 from agents.ppo.loss import LossInfo, ppo_loss
 from agents.ppo_rnn.config import RecurrentPPOConfig
 from agents.ppo_rnn.network import RecurrentActorCritic, distribution, unroll
-from rlpar.collectives import pmean, psum
+from rlpar.collectives import pmean
 from rlpar.rollout import Transition
 
 
@@ -149,12 +149,7 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
         (params, opt_state, _), infos = jax.lax.scan(update_epoch, (state.params, state.opt_state, seq),
                                                      jnp.stack(epoch_keys))
         metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
-        done = traj.episode_done.astype(jnp.float32)
-        metrics.update(psum({
-            "episode/count": jnp.sum(done),
-            "episode/return_sum": jnp.sum(done * traj.episode_return),
-            "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
-        }, axis_name))
+        metrics.update(episode_metrics(traj, axis_name))
         return RecurrentPPOState(params, opt_state, rollout, key, state.update_step + 1), metrics
 
     return RecurrentPPO(network, init, update)
