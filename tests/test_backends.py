@@ -12,6 +12,7 @@ import agents
 import envs
 from agents.ppo import Batch, PPOConfig, make_ppo
 from rlpar import parallel
+from tests.helpers import random_batch as _random_batch
 from rlpar import train as train_cli
 from rlpar.runner import RunConfig, run
 
@@ -47,16 +48,6 @@ class SGDState:
     batch: Batch
 
 
-def _random_batch(key, n, obs_dim=4):
-    k = jax.random.split(key, 6)
-    return Batch(
-        obs=jax.random.normal(k[0], (n, obs_dim)),
-        action=jax.random.randint(k[1], (n,), 0, 2),
-        log_prob=jnp.log(jax.random.uniform(k[2], (n,), minval=0.3, maxval=0.7)),
-        value=jax.random.normal(k[3], (n,)),
-        advantage=jax.random.normal(k[4], (n,)) * 2 + 0.5,
-        target=jax.random.normal(k[5], (n,)),
-    )
 
 
 @pytest.mark.parametrize("backend", parallel.BACKENDS)

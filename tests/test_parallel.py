@@ -7,9 +7,10 @@ import pytest
 
 import agents
 import envs
-from agents.ppo import Batch, PPOConfig, make_ppo
+from agents.ppo import PPOConfig, make_ppo
 from rlpar import parallel
 from rlpar.runner import RunConfig, run
+from tests.helpers import random_batch as _random_batch
 
 SMALL = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, num_minibatches=2, update_epochs=2)
 
@@ -38,18 +39,6 @@ def test_params_bit_identical_across_devices_after_updates():
     before = parallel.first_replica(init.params)
     diffs = jax.tree.leaves(jax.tree.map(lambda a, b: np.abs(a - b).max(), before, copies[0]))
     assert max(diffs) > 1e-4
-
-
-def _random_batch(key, n, obs_dim=4):
-    k = jax.random.split(key, 6)
-    return Batch(
-        obs=jax.random.normal(k[0], (n, obs_dim)),
-        action=jax.random.randint(k[1], (n,), 0, 2),
-        log_prob=jnp.log(jax.random.uniform(k[2], (n,), minval=0.3, maxval=0.7)),
-        value=jax.random.normal(k[3], (n,)),
-        advantage=jax.random.normal(k[4], (n,)) * 2 + 0.5,
-        target=jax.random.normal(k[5], (n,)),
-    )
 
 
 def test_pmean_gradient_equals_single_device_gradient_on_concatenated_batch():

@@ -1,0 +1,19 @@
+"""Shared test data."""
+
+import jax
+import jax.numpy as jnp
+
+from agents.ppo import Batch
+
+
+def random_batch(key, n, obs_dim=4):
+    """A PPO minibatch of ``n`` random CartPole-shaped transitions."""
+    k = jax.random.split(key, 6)
+    return Batch(
+        obs=jax.random.normal(k[0], (n, obs_dim)),
+        action=jax.random.randint(k[1], (n,), 0, 2),
+        log_prob=jnp.log(jax.random.uniform(k[2], (n,), minval=0.3, maxval=0.7)),
+        value=jax.random.normal(k[3], (n,)),
+        advantage=jax.random.normal(k[4], (n,)) * 2 + 0.5,
+        target=jax.random.normal(k[5], (n,)),
+    )
