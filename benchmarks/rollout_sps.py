@@ -64,6 +64,24 @@ def make_policy(env, env_params, hidden_sizes):
     return network, policy_fn, value_fn
 
 
+def _repeated(collect, calls: int):
+    """``step((params, carry, traj)) -> ((params, carry, traj), {})``: ``calls`` collects in one ``lax.scan``, keeping
+    the last trajectory as output so XLA cannot drop the work. Shared by the engine and the bare program."""
+    import jax
+
+    def step(state):
+        params, carry, traj = state
+
+        def one(inner, _):
+            carry, _ = inner
+            return collect(params, carry), None
+
+        (carry, traj), _ = jax.lax.scan(one, (carry, traj), None, length=calls)
+        return (params, carry, traj), {}
+
+    return step
+
+
 def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
     """``(make_init, make_step)`` for ``rlpar.parallel``: the engine's collector, ``calls`` collects per step."""
     import jax
@@ -83,17 +101,7 @@ def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, 
         traj_shape = jax.eval_shape(collect, params, state)[1]
         return params, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
 
-    def step(carry):
-        params, state, traj = carry
-
-        def one(inner, _):
-            state, _ = inner
-            return collect(params, state), None
-
-        (state, traj), _ = jax.lax.scan(one, (state, traj), None, length=calls)
-        return (params, state, traj), {}
-
-    return (lambda axis_name: init), (lambda axis_name: step)
+    return (lambda axis_name: init), (lambda axis_name: _repeated(collect, calls))
 
 
 def make_bare(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
@@ -132,17 +140,7 @@ def make_bare(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, ca
         traj_shape = jax.eval_shape(collect, params, carry)[1]
         return params, carry, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
 
-    def step(state):
-        params, carry, traj = state
-
-        def one(inner, _):
-            carry, _ = inner
-            return collect(params, carry), None
-
-        (carry, traj), _ = jax.lax.scan(one, (carry, traj), None, length=calls)
-        return (params, carry, traj), {}
-
-    return (lambda axis_name: init), (lambda axis_name: step)
+    return (lambda axis_name: init), (lambda axis_name: _repeated(collect, calls))
 
 
 class Program(NamedTuple):
