@@ -12,6 +12,12 @@ Atomicity, in two steps. orbax writes into a temporary directory and renames it 
 written. Then this module writes the commit marker ``N/rlpar_commit.json`` (to a temporary name, then an atomic
 rename). Only directories with the marker count as checkpoints: a directory orbax never finalised, or one killed
 between orbax's rename and the marker, is ignored and removed on resume.
+
+Multi-process runs: every process calls ``save`` and ``restore`` together (orbax synchronises them over JAX's
+distributed runtime), each with the whole state (``parallel.rows_to_host`` gathers it). Only the writer (process 0)
+writes: orbax stores host numpy arrays from the primary process alone, and the marker, the clean-up of a killed
+attempt and the deletion of old checkpoints are the writer's too. Every process reads the same files on resume, so
+the run dir must be on a filesystem all of them see.
 """
 
 from __future__ import annotations
@@ -84,9 +90,10 @@ def _checkpointer():
 class Checkpoints:
     """The checkpoints in one directory (``RUN_DIR/checkpoints``)."""
 
-    def __init__(self, directory: str | Path, keep: int = KEEP):
+    def __init__(self, directory: str | Path, keep: int = KEEP, writer: bool = True):
         self.directory = Path(directory)
         self.keep = keep
+        self.writer = writer  # False in processes other than 0 of a multi-process run: they read, never write
 
     def path(self, step: int) -> Path:
         return self.directory / str(step)
@@ -110,24 +117,35 @@ class Checkpoints:
         return steps[-1] if steps else None
 
     def discard_uncommitted(self) -> None:
+        if not self.writer:
+            return
         for path in self.uncommitted():
             shutil.rmtree(path) if path.is_dir() else path.unlink()
 
-    def save(self, step: int, state: Any, position: Position, meta: dict) -> Path:
-        """Write and commit the checkpoint of ``step``; then delete committed ones beyond the newest ``keep``."""
+    def save(self, step: int, state: Any, position: Position | None, meta: dict) -> Path:
+        """Write and commit the checkpoint of ``step``; then delete committed ones beyond the newest ``keep``.
+
+        ``state`` is a host numpy pytree of every device's rows. In a multi-process run every process calls this at
+        the same point with the same ``state``; only the writer's files reach the disk, so the others may pass
+        ``position=None`` (they keep no logs).
+        """
         ocp, checkpointer = _checkpointer()
         path = self.path(step)
-        if path.exists():  # leftovers of a killed attempt at the same step; never a committed one
-            if (path / COMMIT_MARKER).exists():
-                raise CheckpointError(f"checkpoint {path} already exists")
-            shutil.rmtree(path)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        payload = {"position": position._asdict(), "run": meta}
+        if self.writer:
+            if path.exists():  # leftovers of a killed attempt at the same step; never a committed one
+                if (path / COMMIT_MARKER).exists():
+                    raise CheckpointError(f"checkpoint {path} already exists")
+                shutil.rmtree(path)
+            self.directory.mkdir(parents=True, exist_ok=True)
+        if self.writer and position is None:
+            raise ValueError("the writer of a checkpoint must give its Position")
+        payload = {"position": position._asdict() if position is not None else None, "run": meta}
         checkpointer.save(path, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                                         meta=ocp.args.JsonSave(payload)))
-        _write_atomically(path / COMMIT_MARKER, json.dumps({"step": step}) + "\n")
-        for old in self.committed_steps()[: -self.keep]:
-            shutil.rmtree(self.path(old))
+        if self.writer:
+            _write_atomically(path / COMMIT_MARKER, json.dumps({"step": step}) + "\n")
+            for old in self.committed_steps()[: -self.keep]:
+                shutil.rmtree(self.path(old))
         return path
 
     def restore(self, step: int, template: Any = None) -> Restored:

@@ -56,6 +56,15 @@ def _read_prefix(path: Path, num_bytes: int, num_records: int) -> list[dict]:
     return [json.loads(line) for line in lines]
 
 
+def read_records(run_dir: str | Path, position: Position) -> list[dict]:
+    """The records a run dir held at a checkpoint's ``position`` (metrics with timing merged back in), read
+    without changing the files: what every process of a resumed run starts its list of records from."""
+    run_dir = Path(run_dir)
+    metrics = _read_prefix(run_dir / rundir.METRICS, position.metrics_bytes, position.num_records)
+    timing = _read_prefix(run_dir / rundir.TIMING, position.timing_bytes, position.num_records)
+    return [{**m, **t} for m, t in zip(metrics, timing)]
+
+
 class RunLogger:
     """Writes one record per logged chunk to a run dir.
 
@@ -69,9 +78,7 @@ class RunLogger:
         self.previous_records: list[dict] = []
         metrics_path, timing_path = self.run_dir / rundir.METRICS, self.run_dir / rundir.TIMING
         if resume_at is not None:
-            metrics = _read_prefix(metrics_path, resume_at.metrics_bytes, resume_at.num_records)
-            timing = _read_prefix(timing_path, resume_at.timing_bytes, resume_at.num_records)
-            self.previous_records = [{**m, **t} for m, t in zip(metrics, timing)]
+            self.previous_records = read_records(self.run_dir, resume_at)
             os.truncate(metrics_path, resume_at.metrics_bytes)
             os.truncate(timing_path, resume_at.timing_bytes)
         self.num_records = len(self.previous_records)

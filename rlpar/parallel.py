@@ -226,6 +226,14 @@ def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, bac
     return init
 
 
+def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array) -> Any:
+    """Shapes and dtypes (``jax.ShapeDtypeStruct``) of the state ``map_init(make_init, devices)(shared, key)`` would
+    return, every leaf ``[D, ...]``, computed without running or compiling it, for any backend and process count
+    (``vmap`` over the same named axis stands in for the devices)."""
+    per_device = jax.vmap(make_init(AXIS_NAME), in_axes=(None, 0), axis_name=AXIS_NAME)
+    return jax.eval_shape(per_device, shared, device_keys(key, devices))
+
+
 def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, donate: bool = True,
              backend: str = "pmap"):
     """``step(state) -> (state, metrics)`` mapped over ``devices``.
@@ -282,8 +290,14 @@ def to_host(tree: Any) -> Any:
 
 
 def rows_to_host(tree: Any) -> Any:
-    """A per-device state ``[D, ...]`` as one host numpy pytree of the rows this process holds, in device order
-    (every row in a single-process run): what a checkpoint saves."""
+    """A per-device state ``[D, ...]`` as one host numpy pytree of every row, in device order: what a checkpoint
+    saves. In a multi-process run each process holds only its own rows, so this gathers the others' over the
+    distributed runtime: a collective that every process must call at the same point."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+
     def read(x):
         shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
         return np.concatenate([np.asarray(s.data) for s in shards])
@@ -292,8 +306,21 @@ def rows_to_host(tree: Any) -> Any:
 
 
 def rows_from_host(tree: Any, devices: Sequence) -> Any:
-    """The inverse of ``rows_to_host`` for a single-process run: host rows ``[D, ...]`` placed one per device, as
-    ``map_init`` lays out a state (what resuming from a checkpoint needs)."""
-    if jax.process_count() > 1:
-        raise NotImplementedError("restoring a checkpoint in a multi-process run is not supported yet")
+    """The inverse of ``rows_to_host``: host rows ``[D, ...]`` placed one per device, as ``map_init`` lays out a
+    state (what resuming from a checkpoint needs). Every process passes all rows and places only its own, so a
+    checkpoint can be resumed by any number of processes with the same global device count."""
     return jax.tree.map(lambda x: _shard_rows(x, devices), tree)
+
+
+def all_processes_agree(values: Sequence[int]) -> list[list[int]]:
+    """Every process's ``values`` (small integers, same length everywhere), in process order; a collective.
+
+    For checks that must come out the same in every process (e.g. which checkpoint to resume) so that all raise the
+    same error together instead of one exiting while the others wait in the next collective.
+    """
+    local = np.asarray(values, dtype=np.int32)
+    if jax.process_count() == 1:
+        return [local.tolist()]
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(local)).reshape(jax.process_count(), -1).tolist()

@@ -1,8 +1,13 @@
 """``python -m rlpar.train [AGENT] --resume RUN_DIR``: continue a run with the settings in its ``config.json``.
 
 The resume flag is expanded into the command line that started the run (every run and agent flag, from
-``config.json``, with ``--devices`` set to the device count the run used), so the usual flag parsing, device set-up
-and validation apply unchanged; ``runner.run(..., resume=True)`` then restores the newest complete checkpoint.
+``config.json``, with ``--devices`` set so that the run keeps its global device count), so the usual flag parsing,
+device set-up and validation apply unchanged; ``runner.run(..., resume=True)`` then restores the newest complete
+checkpoint.
+
+Only where the run executes may change on resume: the multi-process flags (``PROCESS_FIELDS``), since a resumed
+cluster job gets a new coordinator address and each process its own ``--process-id``. A checkpoint holds every
+device's rows, so a run of 2 processes x 2 devices may also continue as 1 process x 4 devices, or the reverse.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from typing import NamedTuple
 from rlpar import cli, rundir
 
 FLAG = "--resume"
+PROCESS_FIELDS = ("coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
 
 
 class ResumeArgs(NamedTuple):
@@ -50,7 +56,8 @@ def expand(argv: list[str]) -> ResumeArgs:
     """Replace ``[AGENT] --resume RUN_DIR`` by the run's full command line; other command lines pass unchanged.
 
     Raises ``ValueError`` for a run dir without a readable ``config.json`` of this rlpar's format, for an agent
-    name that is not the run's, and for any other flag (the settings come from ``config.json`` only).
+    name that is not the run's, for a process count that does not divide the run's device count, and for any flag
+    but the multi-process ones (the other settings come from ``config.json`` only).
     """
     run_dir, rest = _split_resume_flag(argv)
     if run_dir is None:
@@ -61,11 +68,45 @@ def expand(argv: list[str]) -> ResumeArgs:
         if rest[0] != agent:
             raise ValueError(f"agent {rest[0]!r}: the run in {run_dir} trained {agent!r}")
         rest = rest[1:]
+    processes, rest = _process_flags(rest)
     if rest:
-        raise ValueError(f"{FLAG} takes every setting from {Path(run_dir) / rundir.CONFIG}; drop {' '.join(rest)}")
+        raise ValueError(f"{FLAG} takes every setting from {Path(run_dir) / rundir.CONFIG} (only the multi-process "
+                         f"flags may be given again); drop {' '.join(rest)}")
     # No agent or env import here: the device flags must be known before anything starts JAX's backends.
-    run_values = {**meta["run"], "run_dir": str(run_dir), "devices": meta["num_devices"]}
+    run_values = {**meta["run"], **{name: "" if name == "coordinator" else 0 for name in ("coordinator", "process_id")},
+                  "num_processes": 1, **processes, "run_dir": str(run_dir)}
+    num_devices, num_processes = meta["num_devices"], run_values["num_processes"]
+    if run_values["coordinator"] != "auto":  # with "auto" the scheduler says how many processes; run.py checks
+        if num_devices % num_processes:
+            raise ValueError(f"num_processes={num_processes}: the run in {run_dir} used {num_devices} devices, which "
+                             f"{num_processes} processes cannot share equally; use a divisor of {num_devices}")
+        run_values["devices"] = num_devices // num_processes
+    else:
+        run_values["devices"] = meta["run"]["devices"]
     return ResumeArgs([agent, *values_to_argv(run_values), *values_to_argv(meta["config"])], str(run_dir))
+
+
+def _process_flags(argv: list[str]) -> tuple[dict, list[str]]:
+    """The multi-process flags in ``argv`` as ``{field: value}``, and the arguments left over."""
+    import argparse
+
+    from rlpar.runner import RunConfig
+
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    cli.add_dataclass_flags(parser, RunConfig, "run")
+    known = {cli.flag_name(name) for name in PROCESS_FIELDS}
+    wanted, rest, i = [], [], 0
+    while i < len(argv):
+        flag = argv[i].split("=", 1)[0]
+        takes = 1 if flag not in known else 1 if "=" in argv[i] else 2  # --flag=value, or --flag value
+        (wanted if flag in known else rest).extend(argv[i:i + takes])
+        i += takes
+    try:
+        args = parser.parse_args(wanted)
+    except argparse.ArgumentError as err:
+        raise ValueError(str(err)) from None
+    values = {name: getattr(args, f"RunConfig.{name}") for name in PROCESS_FIELDS}
+    return {name: value for name, value in values.items() if value is not None}, rest
 
 
 def updates_done(run_dir: str | None) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -16,7 +15,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, guard, parallel, rundir, seeds
+from rlpar import checkpoint, guard, logs, parallel, rundir, seeds
 from rlpar.logs import RunLogger
 
 RUN_FORMAT_VERSION = 1
@@ -185,7 +184,8 @@ def run(
             length,
         )
 
-    # Only the primary process (process 0) writes files; the others compute the same records.
+    # Only the primary process (process 0) writes files; the others compute the same records, and in a multi-process
+    # run join every checkpoint save and restore (see rlpar.checkpoint).
     run_dir = Path(run_config.run_dir) if run_config.run_dir and parallel.is_primary() else None
     meta = rundir.make_meta(agent.name, config, run_config, devices, RUN_FORMAT_VERSION)
     if slots.count > 1:
@@ -195,9 +195,12 @@ def run(
     key_params, key_devices = jax.random.split(key)
 
     # Everything that can reject the run dir (no or a corrupt checkpoint, other settings) happens before compiling.
-    checkpoints = _open_checkpoints(run_config, run_dir, resume)
-    restored = _restore(checkpoints, meta, jax.eval_shape(init, key_params, key_devices)) if resume else None
+    checkpoints = _open_checkpoints(run_config, resume)
+    abstract_state = parallel.state_shapes(make_init, devices, key_params, key_devices) if resume else None
+    restored = _restore(checkpoints, meta, abstract_state) if resume else None
     logger = _open_logger(run_dir, run_config, meta, restored)
+    if checkpoints is not None and restored is None:
+        _check_every_process_sees(Path(run_config.run_dir) / rundir.CONFIG)
     state = init(key_params, key_devices)
     if restored is not None:
         state = parallel.rows_from_host(restored.state, devices)
@@ -212,7 +215,10 @@ def run(
         compiled[length] = parallel.compile_step(make_step(length), devices, state, backend=run_config.backend)
         compile_s += time.perf_counter() - start
 
-    records = list(logger.previous_records) if restored is not None else []
+    records = []
+    if restored is not None:  # the records up to the checkpoint; other processes read them from process 0's files
+        records = list(logger.previous_records) if logger is not None else logs.read_records(
+            run_config.run_dir, restored.position)
     try:
         for length in lengths:
             start = time.perf_counter()
@@ -268,20 +274,27 @@ def _checkpoint_due(before: int, after: int, every: int, num_updates: int) -> bo
 _RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep")
 
 
-def _open_checkpoints(run_config: RunConfig, run_dir: Path | None, resume: bool) -> checkpoint.Checkpoints | None:
-    """The run's checkpoint directory, or ``None`` when it writes none; refuses to mix two runs in one directory."""
+def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
+    """The run's checkpoint directory, or ``None`` when it writes none; refuses to mix two runs in one directory.
+
+    Every process of a multi-process run opens it (process 0 as the writer) and they check together that they see
+    the same checkpoints, so that all of them resume the same one or all refuse with the same error.
+    """
     if resume and not run_config.run_dir:
         raise ValueError("resume needs run_dir: the directory of the run to continue")
-    if resume and jax.process_count() > 1:
-        raise ValueError("resuming a multi-process run is not supported yet")
-    if run_dir is None:
+    if not run_config.run_dir:
         return None
-    if jax.process_count() > 1:
-        if run_config.checkpoint_every:
-            warnings.warn("checkpoints are not written in multi-process runs yet", stacklevel=3)
-        return None
-    checkpoints = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS)
+    run_dir = Path(run_config.run_dir)
+    checkpoints = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS, writer=parallel.is_primary())
     steps = checkpoints.committed_steps()
+    latest = parallel.all_processes_agree([steps[-1] if steps else -1, len(steps)])
+    if any(seen != latest[0] for seen in latest):
+        views = "; ".join(f"process {i}: " + (f"{n} checkpoint(s), newest update {last}" if n else "no checkpoints")
+                          for i, (last, n) in enumerate(latest))
+        raise checkpoint.CheckpointError(
+            f"the processes see different checkpoints in {checkpoints.directory} ({views}): in a multi-process run "
+            "the run dir must be on a filesystem every process sees, at the same path"
+        )
     if resume and not steps:
         found = ", ".join(p.name for p in checkpoints.uncommitted())
         raise checkpoint.CheckpointError(
@@ -298,6 +311,22 @@ def _open_checkpoints(run_config: RunConfig, run_dir: Path | None, resume: bool)
     checkpoint.require_orbax()
     checkpoints.discard_uncommitted()  # orbax temporaries and unmarked steps of a killed run
     return checkpoints
+
+
+def _check_every_process_sees(config_file: Path) -> None:
+    """Multi-process runs: ``CheckpointError`` in every process unless all of them see the ``config.json`` that
+    process 0 has just written; a run dir on a disk of process 0's host alone could be saved to but not resumed."""
+    if jax.process_count() == 1:
+        return
+    parallel.all_processes_agree([0])  # a barrier: process 0 has written the file
+    seen = parallel.all_processes_agree([int(config_file.is_file())])
+    blind = [i for i, (ok,) in enumerate(seen) if not ok]
+    if blind:
+        raise checkpoint.CheckpointError(
+            f"process(es) {', '.join(map(str, blind))} cannot see {config_file}, which process 0 wrote: in a "
+            "multi-process run the run dir must be on a filesystem every process sees, at the same path (or pass "
+            "--checkpoint-every 0 to write no checkpoints)"
+        )
 
 
 def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: Any) -> checkpoint.Restored:
@@ -347,10 +376,15 @@ def _stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: check
     )
 
 
-def _save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger, state: Any, updates_done: int,
+def _save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger | None, state: Any, updates_done: int,
                      meta: dict) -> None:
+    """Every process calls this at the same point; ``logger`` is ``None`` in all but the writing process."""
+    rows = parallel.rows_to_host(state)  # in a multi-process run: a collective gathering every process's rows
+    if logger is None:  # not the writer: joins orbax's save, whose files (and position) only process 0 writes
+        checkpoints.save(updates_done, rows, None, meta)
+        return
     logger.sync()  # the checkpoint records the log files' lengths: they must be on disk first
-    checkpoints.save(updates_done, parallel.rows_to_host(state), logger.position(updates_done), meta)
+    checkpoints.save(updates_done, rows, logger.position(updates_done), meta)
 
 
 def mean_recent_return(records: list[dict], last: int = 5) -> float:

@@ -5,9 +5,11 @@ Each test starts its processes with ``subprocess`` on a free localhost port and 
 """
 
 import dataclasses
+import json
 import os
 import signal
 import socket
+import shutil
 import subprocess
 import sys
 import time
@@ -19,7 +21,7 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import cli
+from rlpar import checkpoint, cli, parallel, rundir
 from rlpar import train as train_cli
 from rlpar.runner import RunConfig, run
 
@@ -58,9 +60,9 @@ def _process_flags(port: int, process_id: int, heartbeat_timeout_s: int) -> list
             str(process_id), "--init-timeout-s", "120", "--heartbeat-timeout-s", str(heartbeat_timeout_s)]
 
 
-def _start(command: list[str], log_dir: Path, name: str) -> subprocess.Popen:
+def _start(command: list[str], log_dir: Path, name: str, extra_env: dict | None = None) -> subprocess.Popen:
     """Start ``command`` from the repo root with its stdout and stderr in ``log_dir/name.{out,err}``."""
-    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", JAX_PLATFORMS="cpu", **(extra_env or {}))
     env.pop("XLA_FLAGS", None)  # the flags choose the device count
     with open(log_dir / f"{name}.out", "w") as out, open(log_dir / f"{name}.err", "w") as err:
         return subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=err)
@@ -87,7 +89,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
     processes = {
         f"process{i}": _start(
             [sys.executable, str(WORKER), str(tmp_path / f"process{i}.npz"), "--env", "CartPole-v1",
-             "--log-every", str(LOG_EVERY), "--run-dir", str(tmp_path / f"run{i}"),
+             "--log-every", str(LOG_EVERY), "--run-dir", str(tmp_path / "run"),
              *_process_flags(port, i, heartbeat_timeout_s=30), *_config_flags(CONFIG)],
             tmp_path, f"process{i}")
         for i in range(2)
@@ -117,10 +119,92 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
     for name in names:
         np.testing.assert_allclose(outs[0][name], expected[name], atol=1e-5, rtol=0, err_msg=name)
 
-    # Only process 0 writes the run's files.
-    assert (tmp_path / "run0" / "config.json").exists()
-    assert len((tmp_path / "run0" / "metrics.jsonl").read_text().splitlines()) == 1
-    assert not (tmp_path / "run1").exists()
+    # Both processes were given one run dir: process 0 wrote the logs and the final checkpoint into it.
+    assert len((tmp_path / "run" / rundir.METRICS).read_text().splitlines()) == 1
+    assert checkpoint.Checkpoints(tmp_path / "run" / rundir.CHECKPOINTS).committed_steps() == [4]
+
+
+def test_a_run_dir_that_not_every_process_sees_is_refused_before_compiling(tmp_path):
+    # Two run dirs stand for a path on process 0's local disk: process 1 could never read its checkpoints back.
+    port = _free_port()
+    processes = {
+        f"process{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--run-dir",
+                               str(tmp_path / f"run{i}"), *_process_flags(port, i, heartbeat_timeout_s=30),
+                               *_config_flags(CONFIG)], tmp_path, f"process{i}")
+        for i in range(2)
+    }
+    _wait_all(processes, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
+    for i, proc in enumerate(processes.values()):
+        err = (tmp_path / f"process{i}.err").read_text()
+        assert proc.returncode == 2, err[-3000:]
+        assert f"error: process(es) 1 cannot see {tmp_path / f'run{i}' / rundir.CONFIG}, which process 0 wrote" in err
+    assert not (tmp_path / "run0" / rundir.CHECKPOINTS).exists()
+
+
+def _assert_states_close(actual, expected, what: str) -> None:
+    """Float leaves within 1e-5 (two processes' gloo all-reduce may add in another order), all others equal."""
+    assert jax.tree.structure(actual) == jax.tree.structure(expected)
+    for (path, a), b in zip(jax.tree_util.tree_leaves_with_path(actual), jax.tree.leaves(expected)):
+        name = f"{what}: {jax.tree_util.keystr(path)}"
+        if np.issubdtype(np.asarray(b).dtype, np.floating):
+            np.testing.assert_allclose(a, b, atol=1e-5, rtol=0, err_msg=name)
+        else:
+            np.testing.assert_array_equal(a, b, err_msg=name)
+
+
+def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path):
+    # One run dir for both processes, as a cluster's shared filesystem gives them. Two chunks of 2 updates, a
+    # checkpoint after each; both processes SIGKILL themselves after update 4's metrics line, before its checkpoint.
+    run_dir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--log-every", "2", "--checkpoint-every", "2", "--run-dir", str(run_dir),
+             *_config_flags(CONFIG)]
+    port = _free_port()
+    killed = {f"first{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", *flags,
+                                   *_process_flags(port, i, heartbeat_timeout_s=30)],
+                                  tmp_path, f"first{i}", extra_env={checkpoint.TEST_KILL_ENV: "4"})
+              for i in range(2)}
+    try:
+        # The uninterrupted single-process run with the same global devices, seed and num_envs.
+        reference = run(agents.get("ppo"), CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2))
+    finally:
+        _wait_all(killed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
+    for name, proc in killed.items():
+        assert proc.returncode == -signal.SIGKILL, f"{name}:\n{_output(tmp_path, name)}"
+    checkpoints = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS)
+    assert checkpoints.committed_steps() == [2]
+    assert len((run_dir / rundir.METRICS).read_text().splitlines()) == 2  # one line beyond the checkpoint
+    # orbax keeps each process's array data apart (ocdbt.process_N): only process 0's exists.
+    written = sorted(str(p.relative_to(run_dir)) for p in run_dir.rglob("*"))
+    assert any("ocdbt.process_0" in p for p in written) and not any("process_1" in p for p in written), written
+
+    # Resume: both processes with a new coordinator (a new cluster job), and, from a copy of the same run dir, this
+    # test process alone with 4 devices: a checkpoint holds every device's rows, whoever wrote them.
+    alone_dir = tmp_path / "alone"
+    shutil.copytree(run_dir, alone_dir)
+    port = _free_port()
+    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.train", "--resume", str(run_dir),
+                                      *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
+               for i in range(2)}
+    try:
+        alone = run(agents.get("ppo"), CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2,
+                                                         checkpoint_every=2, run_dir=str(alone_dir)), resume=True)
+    finally:
+        _wait_all(resumed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
+    for name, proc in resumed.items():
+        assert proc.returncode == 0, f"{name} failed:\n{_output(tmp_path, name)}"
+    assert "rlpar: ppo on CartPole-v1, 4 cpu device(s) in 2 processes" in (tmp_path / "resumed0.out").read_text()
+    assert "rlpar:" not in (tmp_path / "resumed1.out").read_text()
+
+    assert checkpoints.committed_steps() == [2, 4]
+    records = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+    assert [r["update"] for r in records] == [2, 4]
+    expected = parallel.rows_to_host(reference.state)
+    final = checkpoints.restore(4, template=expected).state
+    _assert_states_close(final, expected, "2 processes, resumed")
+    _assert_states_close(parallel.rows_to_host(alone.state), expected, "1 process, resumed")
+    for got, want in zip(records, reference.metrics):
+        assert got["update"] == want["update"]
+        np.testing.assert_allclose(got["loss/total"], want["loss/total"], rtol=1e-4, err_msg=f"loss at update {got['update']}")
 
 
 def test_a_killed_process_makes_the_other_exit_with_an_error(tmp_path):
@@ -197,3 +281,29 @@ def test_multi_process_flags_reach_the_run_config():
     config = cli.build_dataclass(RunConfig, args).validate()
     assert (config.coordinator, config.num_processes, config.process_id) == ("10.0.0.1:1234", 4, 3)
     assert (config.heartbeat_timeout_s, config.init_timeout_s) == (20, 60)
+
+
+def test_resume_takes_the_multi_process_flags_and_splits_the_devices_among_the_processes(tiny_run_dir):
+    from rlpar import resume
+
+    def run_flags(argv):  # the expanded command line's run flags, as {flag: value}
+        expanded = resume.expand(["--resume", str(tiny_run_dir), *argv]).argv[1:]
+        flags = {}
+        for i, arg in enumerate(expanded):
+            if arg.startswith("--"):  # a flag with a value, or a boolean one (--tensorboard, --no-...)
+                has_value = i + 1 < len(expanded) and not expanded[i + 1].startswith("--")
+                flags[arg] = expanded[i + 1] if has_value else True
+        return flags
+
+    # The tiny run used 2 devices in one process: resumed as is, or by 2 processes with one device each.
+    alone = run_flags([])
+    assert (alone["--devices"], alone["--num-processes"], alone["--coordinator"]) == ("2", "1", "")
+    split = run_flags(["--coordinator", "10.0.0.1:1234", "--num-processes", "2", "--process-id=1",
+                       "--heartbeat-timeout-s", "20"])
+    assert (split["--devices"], split["--num-processes"], split["--process-id"]) == ("1", "2", "1")
+    assert (split["--coordinator"], split["--heartbeat-timeout-s"]) == ("10.0.0.1:1234", "20")
+    with pytest.raises(ValueError, match="num_processes=3: the run in .* used 2 devices, which 3 processes cannot "
+                                         "share equally; use a divisor of 2"):
+        resume.expand(["--resume", str(tiny_run_dir), "--num-processes", "3"])
+    with pytest.raises(ValueError, match="only the multi-process flags may be given again.*drop --num-envs 2$"):
+        resume.expand(["--resume", str(tiny_run_dir), "--process-id", "2", "--num-envs", "2"])
