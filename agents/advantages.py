@@ -53,13 +53,24 @@ def gae(
     return advantages, advantages + value
 
 
+def moments(x: jax.Array, axis_name: str | None, axis: int | None = None) -> jax.Array:
+    """``[..., 2]``: the mean of ``x`` and the mean of its squares over ``axis`` (all elements when ``None``),
+    pmean-ed over ``axis_name`` in one collective; with equal per-device sizes, the moments of the concatenated
+    batch. Stacking many (e.g. one pair per minibatch of a whole update) still costs one collective."""
+    return pmean(jnp.stack([jnp.mean(x, axis=axis), jnp.mean(jnp.square(x), axis=axis)], axis=-1), axis_name)
+
+
+def normalize_with(x: jax.Array, x_moments: jax.Array, eps: float = 1e-8) -> jax.Array:
+    """``(x - mean) / (std + eps)`` with ``x_moments = [mean, mean of squares]`` from ``moments``."""
+    mean, mean_sq = x_moments[..., 0], x_moments[..., 1]
+    std = jnp.sqrt(jnp.maximum(mean_sq - jnp.square(mean), 0.0))
+    return (x - mean) / (std + eps)
+
+
 def normalize(x: jax.Array, axis_name: str | None, eps: float = 1e-8) -> jax.Array:
     """``(x - mean) / (std + eps)`` with mean and std over all elements on all devices.
 
     Statistics are pmean-ed over ``axis_name``, so with equal per-device sizes the result equals normalising the
     concatenated batch on one device.
     """
-    mean = pmean(jnp.mean(x), axis_name)
-    mean_sq = pmean(jnp.mean(jnp.square(x)), axis_name)
-    std = jnp.sqrt(jnp.maximum(mean_sq - jnp.square(mean), 0.0))
-    return (x - mean) / (std + eps)
+    return normalize_with(x, moments(x, axis_name), eps)

@@ -76,3 +76,22 @@ def test_results_read_via_addressable_shards():
     state, metrics = step(jnp.arange(8.0).reshape(4, 2))
     assert [r.tolist() for r in parallel.replicas(state)] == [[1, 2], [3, 4], [5, 6], [7, 8]]
     assert float(parallel.to_host(metrics)["m"]) == 28.0
+
+
+def test_fused_collectives_equal_leafwise_ones_and_keep_dtypes_and_shapes():
+    from rlpar import collectives
+
+    tree = {"w": jnp.arange(24.0).reshape(4, 2, 3), "n": jnp.arange(4, dtype=jnp.int32) * 3,
+            "b": jnp.arange(8.0).reshape(4, 2) ** 2, "s": jnp.arange(4.0)}
+
+    def per_device(t):
+        return (collectives.pmean(t, "i"), jax.tree.map(lambda x: jax.lax.pmean(x, "i"), t),
+                collectives.psum(t, "i"), jax.tree.map(lambda x: jax.lax.psum(x, "i"), t))
+
+    fused_mean, leaf_mean, fused_sum, leaf_sum = jax.pmap(per_device, axis_name="i", devices=jax.devices()[:4])(tree)
+    for fused, leafwise in ((fused_mean, leaf_mean), (fused_sum, leaf_sum)):
+        for name in tree:
+            assert fused[name].dtype == leafwise[name].dtype and fused[name].shape == leafwise[name].shape
+            np.testing.assert_array_equal(fused[name], leafwise[name], err_msg=name)
+    np.testing.assert_array_equal(fused_sum["n"][0], 18)  # 0 + 3 + 6 + 9, still int32
+    assert collectives.pmean(tree, None) is tree

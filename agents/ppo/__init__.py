@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agents.ppo.config import PPOConfig
-from agents.ppo.learner import PPO, Batch, PPOState, make_optimizer, make_ppo
+from agents.ppo.learner import PPO, Batch, PPOState, make_optimizer, make_ppo, make_vector_optimizer
 from agents.ppo.loss import LossInfo, clipped_surrogate, ppo_loss, value_loss
 from agents.ppo.network import ActorCritic, make_network, policy
 
@@ -32,6 +32,7 @@ __all__ = [
     "clipped_surrogate",
     "make_network",
     "make_optimizer",
+    "make_vector_optimizer",
     "make_ppo",
     "policy",
     "ppo_loss",

@@ -3,6 +3,11 @@
 Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradients, loss statistics, episode
 statistics and advantage-normalisation statistics are reduced over that axis, so every device applies the same
 update to the same parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business.
+
+Collectives are few, because on CPU each one is a rendezvous of the device threads costing more than the small
+network's gradient itself: per update, one for the advantage statistics of every minibatch of every epoch (the
+shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all steps,
+and one each for episode and observation statistics.
 """
 
 from __future__ import annotations
@@ -13,8 +18,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.flatten_util import ravel_pytree
 
-from agents.advantages import gae, normalize
+from agents.advantages import gae, moments, normalize_with
 from agents.normalization import RunningStats, init_stats, normalize_obs, update_stats
 from agents.ppo.config import PPOConfig
 from agents.ppo.loss import LossInfo, ppo_loss
@@ -72,18 +78,23 @@ def episode_metrics(traj: Transition, axis_name: str | None) -> dict:
     )
 
 
-def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
-    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0.
-
-    The update runs on all parameters raveled into one vector (``optax.flatten``): the same arithmetic, but a
-    handful of fused kernels per gradient step instead of a few per parameter array, which is what a small MLP's
-    update costs on CPU (about half the kernels of a 64x64 actor-critic's gradient step).
-    """
+def make_vector_optimizer(config: PPOConfig) -> optax.GradientTransformation:
+    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0, for parameters raveled
+    into one vector (``jax.flatten_util.ravel_pytree``)."""
     if config.anneal_lr:
         lr = optax.linear_schedule(config.lr, 0.0, config.num_gradient_steps)
     else:
         lr = config.lr
-    return optax.flatten(optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5)))
+    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
+
+
+def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
+    """``make_vector_optimizer`` for parameter pytrees (``optax.flatten``): its state is the vector optimizer's.
+
+    The update runs on all parameters raveled into one vector: the same arithmetic, but a handful of fused kernels
+    per gradient step instead of a few per parameter array, which is what a small MLP's update costs on CPU.
+    """
+    return optax.flatten(make_vector_optimizer(config))
 
 
 def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name: str | None = None) -> PPO:
@@ -93,6 +104,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation
     )
     tx = make_optimizer(config)
+    tx_vector = make_vector_optimizer(config)  # the same update on raveled parameters (used inside update())
 
     def prepare(obs_stats, obs):
         return normalize_obs(obs_stats, obs) if config.normalize_obs else obs
@@ -129,9 +141,9 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
             config.gamma, config.gae_lambda,
         )
 
-    def loss_fn(params, batch: Batch):  # batch.obs is already normalised (see update)
+    def loss_fn(params, batch: Batch, adv_moments: jax.Array):  # batch.obs is already normalised (see update)
         pi, value = network.apply(params, batch.obs, method=ActorCritic.distribution)
-        advantage = normalize(batch.advantage, axis_name) if config.normalize_advantages else batch.advantage
+        advantage = normalize_with(batch.advantage, adv_moments) if config.normalize_advantages else batch.advantage
         return ppo_loss(
             pi.log_prob(batch.action), pi.entropy(), value, batch.log_prob, batch.value, advantage, batch.target,
             clip_eps=config.clip_eps,
@@ -140,25 +152,45 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
             ent_coef=config.ent_coef,
         )
 
+    def local_grad(loss, params, batch: Batch, adv_moments: jax.Array):
+        """The gradient of ``loss`` pmean-ed over devices (one collective) and this device's loss statistics."""
+        (_, info), grads = jax.value_and_grad(loss, has_aux=True)(params, batch, adv_moments)
+        return pmean(grads, axis_name), info
+
     def grad(params, batch: Batch):
-        (_, info), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, batch)
-        return pmean(grads, axis_name), pmean(info, axis_name)
+        grads, info = local_grad(loss_fn, params, batch, moments(batch.advantage, axis_name))
+        return grads, pmean(info, axis_name)
 
-    def update_minibatch(carry, batch: Batch):
-        params, opt_state = carry
-        grads, info = grad(params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return (optax.apply_updates(params, updates), opt_state), info
+    def learn(params, opt_state, batch: Batch, key: jax.Array):
+        """``update_epochs`` passes over ``batch`` in shuffled minibatches; returns new params, optimizer state and
+        each step's (per-device) loss statistics ``[E, M]``.
 
-    def update_epoch(carry, key_perm):
-        params, opt_state, batch = carry
+        The steps run on the parameters raveled into one vector, so the gradient arrives as one vector (one
+        collective, one fused optimizer update) and the per-array slicing happens only in the forward pass.
+        """
+        flat_params, unravel = ravel_pytree(params)
+        flat_loss = lambda v, b, m: loss_fn(unravel(v), b, m)
+
+        def minibatch_step(carry, minibatch):
+            v, opt_state = carry
+            grads, info = local_grad(flat_loss, v, *minibatch)
+            updates, opt_state = tx_vector.update(grads, opt_state, v)
+            return (v + updates, opt_state), info
+
+        def epoch(carry, xs):
+            perm, adv_moments = xs  # [N], [M, 2]
+            minibatches = jax.tree.map(
+                lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
+            )
+            return jax.lax.scan(minibatch_step, carry, (minibatches, adv_moments))
+
         n = batch.advantage.shape[0]
-        perm = jax.random.permutation(key_perm, n)
-        minibatches = jax.tree.map(
-            lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
-        )
-        (params, opt_state), infos = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
-        return (params, opt_state, batch), infos
+        perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
+        # Every minibatch's advantage moments over all devices, for all epochs at once: [E, M, 2], one collective.
+        minibatch_advantages = batch.advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
+        adv_moments = moments(minibatch_advantages, axis_name, axis=-1)
+        (flat_params, opt_state), infos = jax.lax.scan(epoch, (flat_params, opt_state), (perms, adv_moments))
+        return unravel(flat_params), opt_state, infos
 
     def update(state: PPOState) -> tuple[PPOState, dict]:
         acting = (state.params, state.obs_stats)
@@ -169,11 +201,10 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         # Learn on observations normalised with the statistics the actions were taken with; refresh them after.
         batch = Batch(prepare(state.obs_stats, obs), flat(traj.action), flat(traj.log_prob), flat(traj.value),
                       flat(advantage), flat(target))
-        key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
-        (params, opt_state, _), infos = jax.lax.scan(
-            update_epoch, (state.params, state.opt_state, batch), jnp.stack(epoch_keys)
-        )
-        metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
+        key, key_learn = jax.random.split(state.key)
+        params, opt_state, infos = learn(state.params, state.opt_state, batch, key_learn)
+        # Loss statistics: the mean over steps of each device's values, then over devices (one collective).
+        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
         metrics.update(episode_metrics(traj, axis_name))
         obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
         new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1, obs_stats)

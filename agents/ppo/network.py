@@ -17,11 +17,16 @@ import jax.numpy as jnp
 import numpy as np
 from gymnax.environments import spaces
 
+from agents.layers import Dense
+
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 
 
 class MLP(nn.Module):
-    """Hidden layers with orthogonal(sqrt 2) init, then a linear head with orthogonal(``head_scale``) init."""
+    """Hidden layers with orthogonal(sqrt 2) init, then a linear head with orthogonal(``head_scale``) init.
+
+    Its layers are ``agents.layers.Dense``: ``nn.Dense``'s parameters, with a backward pass suited to XLA:CPU.
+    """
 
     hidden_sizes: Sequence[int]
     out_size: int
@@ -32,8 +37,8 @@ class MLP(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = ACTIVATIONS[self.activation]
         for size in self.hidden_sizes:
-            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
-        return nn.Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
+            x = act(Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2.0)))(x))
+        return Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
 
 
 def patches3x3(x: jax.Array) -> jax.Array:

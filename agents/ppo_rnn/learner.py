@@ -120,7 +120,7 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
     def update_minibatch(carry, seq: Sequences):
         params, opt_state = carry
         (_, info), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, seq)
-        grads, info = pmean(grads, axis_name), pmean(info, axis_name)
+        grads = pmean(grads, axis_name)  # the loss statistics are reduced once per update, in update()
         updates, opt_state = tx.update(grads, opt_state, params)
         return (optax.apply_updates(params, updates), opt_state), info
 
@@ -148,7 +148,7 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
         key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
         (params, opt_state, _), infos = jax.lax.scan(update_epoch, (state.params, state.opt_state, seq),
                                                      jnp.stack(epoch_keys))
-        metrics = {f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}
+        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
         metrics.update(episode_metrics(traj, axis_name))
         return RecurrentPPOState(params, opt_state, rollout, key, state.update_step + 1), metrics
 
