@@ -4,7 +4,8 @@ Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``-
 
 - ``update``: ``agents.ppo.make_ppo(...).update``, the whole per-device step the runner maps;
 - ``collect``: ``rlpar.rollout.make_collector`` with the same network (see ``rollout_sps.make_policy``);
-- ``grad steps``: ``update_epochs * num_minibatches`` gradient + optimizer steps on a minibatch-sized batch;
+- ``grad steps``: ``PPO.learn``, the ``update_epochs * num_minibatches`` shuffled minibatch gradient + optimizer
+  steps on one update's batch;
 - ``rest`` = update - collect - grad steps.
 
     python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
@@ -43,10 +44,9 @@ def main(argv=None) -> int:
 
     import jax
     import jax.numpy as jnp
-    import optax
 
     import envs
-    from agents.ppo import Batch, PPOConfig, make_optimizer, make_ppo
+    from agents.ppo import Batch, PPOConfig, make_ppo
     from rlpar import rollout
     from rollout_sps import make_policy
 
@@ -67,22 +67,22 @@ def main(argv=None) -> int:
     collect_k = jax.jit(lambda p, r: scan(lambda r: collect(p, r)[0], r, k))
     t_collect = median_seconds(collect_k, state.params, state.rollout, repeats=args.repeats) / k
 
-    n = config.minibatch_size
+    n = config.batch_size  # one update's batch on this device
     obs_dim = env.observation_space(env_params).shape
     keys = jax.random.split(jax.random.PRNGKey(2), 3)
     batch = Batch(jax.random.normal(keys[0], (n, *obs_dim)), jax.random.randint(keys[1], (n,), 0, 2),
                   jnp.full((n,), -0.69), jnp.zeros(n), jax.random.normal(keys[2], (n,)), jnp.zeros(n))
-    tx = make_optimizer(config)
 
-    def grad_step(carry):
-        params, opt_state = carry
-        grads, _ = ppo.grad(params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
+    def learn(carry):
+        params, opt_state, key = carry
+        key, key_learn = jax.random.split(key)
+        params, opt_state, _ = ppo.learn(params, opt_state, batch, key_learn)
+        return params, opt_state, key
 
     steps = config.update_epochs * config.num_minibatches
-    grads_k = jax.jit(lambda c: scan(grad_step, c, steps * k))
-    t_grads = median_seconds(grads_k, (state.params, state.opt_state), repeats=args.repeats) / k
+    grads_k = jax.jit(lambda c: scan(learn, c, k))
+    t_grads = median_seconds(grads_k, (state.params, state.opt_state, jax.random.PRNGKey(3)),
+                             repeats=args.repeats) / k
 
     rest = t_update - t_collect - t_grads
     print(f"{args.env}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "

@@ -163,11 +163,19 @@ def write_table(out_dir: Path, command: str, started: str) -> Path:
     rollout = read_jsonl(out_dir / "rollout.jsonl") if (out_dir / "rollout.jsonl").exists() else []
     train = read_jsonl(out_dir / "train.jsonl") if (out_dir / "train.jsonl").exists() else []
     first = (rollout or train or [{}])[0]
-    lines = [f"Measured {started} to {host_fields()['time_utc']} with `{command}`; jax {first.get('jax_version')}, "
-             f"backend {first.get('backend')} ({first.get('device_kind')}), {first.get('host_cpus')} host CPUs, "
-             f"1-minute load average at the start of each row between "
-             f"{min((r['load_avg_1m'] for r in rollout + train), default=0):.1f} and "
-             f"{max((r['load_avg_1m'] for r in rollout + train), default=0):.1f}.", "",
+
+    def when(records: list[dict]) -> str:  # a part skipped with --skip keeps the rows of an earlier run
+        if not records:
+            return "none"
+        times = sorted(r["time_utc"] for r in records)
+        loads = [r["load_avg_1m"] for r in records]
+        return (f"{times[0]} to {times[-1]} (1-minute load average at the start of each row "
+                f"{min(loads):.1f} to {max(loads):.1f})")
+
+    lines = [f"Written at {host_fields()['time_utc']} by `{command}` (started {started}); jax "
+             f"{first.get('jax_version')}, backend {first.get('backend')} ({first.get('device_kind')}), "
+             f"{first.get('host_cpus')} host CPUs. Rollout rows measured {when(rollout)}; training rows measured "
+             f"{when(train)}.", "",
              "Ratios:", *overhead_lines(rollout), *scaling_lines(rollout), *ratio_lines(train), "",
              "### Rollout (collector, no learning)", "",
              f"Each row: `{rollout[0]['command'] if rollout else ''}` (with that row's `--devices`); "

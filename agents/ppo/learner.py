@@ -60,6 +60,9 @@ class PPO(NamedTuple):
     init: Callable[[jax.Array, jax.Array], PPOState]  # (key_params shared by devices, key_device) -> state
     update: Callable[[PPOState], tuple[PPOState, dict]]  # one collect + learn step, metrics reduced over devices
     grad: Callable[[Any, Batch], tuple[Any, LossInfo]]  # minibatch gradient, pmean-ed over devices
+    # (params, opt_state, batch, key) -> (params, opt_state, per-step LossInfo [E, M]): the epochs of minibatch
+    # steps ``update`` runs on a collected batch (observations already normalised when the config says so)
+    learn: Callable[[Any, Any, Batch, jax.Array], tuple[Any, Any, LossInfo]]
     # (params, obs, key or None for greedy, obs_stats or None) -> action; pass the state's obs_stats when the
     # config normalises observations
     act: Callable[..., jax.Array]
@@ -218,4 +221,4 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         pi, _ = network.apply(params, obs, method=ActorCritic.distribution)
         return pi.mode() if key is None else pi.sample(seed=key)
 
-    return PPO(network=network, init=init, update=update, grad=grad, act=act)
+    return PPO(network=network, init=init, update=update, grad=grad, learn=learn, act=act)
