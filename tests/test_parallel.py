@@ -95,3 +95,13 @@ def test_fused_collectives_equal_leafwise_ones_and_keep_dtypes_and_shapes():
             np.testing.assert_array_equal(fused[name], leafwise[name], err_msg=name)
     np.testing.assert_array_equal(fused_sum["n"][0], 18)  # 0 + 3 + 6 + 9, still int32
     assert collectives.pmean(tree, None) is tree
+
+
+def test_without_advantage_normalisation_devices_stay_identical_and_the_update_differs():
+    raw = run(agents.get("ppo"), SMALL.replace(normalize_advantages=False), RunConfig(devices=4, log_every=3))
+    copies = parallel.replicas(raw.state.params)
+    for other in copies[1:]:
+        jax.tree.map(np.testing.assert_array_equal, copies[0], other)
+    normalised = run(agents.get("ppo"), SMALL, RunConfig(devices=4, log_every=3))
+    differences = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), raw.params, normalised.params))
+    assert max(differences) > 1e-6 and all(np.isfinite(differences))

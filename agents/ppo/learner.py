@@ -107,7 +107,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation
     )
     tx = make_optimizer(config)
-    tx_vector = make_vector_optimizer(config)  # the same update on raveled parameters (used inside update())
+    tx_vector = make_vector_optimizer(config)  # the same update on raveled parameters (used by learn())
 
     def prepare(obs_stats, obs):
         return normalize_obs(obs_stats, obs) if config.normalize_obs else obs
@@ -191,7 +191,10 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
         # Every minibatch's advantage moments over all devices, for all epochs at once: [E, M, 2], one collective.
         minibatch_advantages = batch.advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
-        adv_moments = moments(minibatch_advantages, axis_name, axis=-1)
+        if config.normalize_advantages:
+            adv_moments = moments(minibatch_advantages, axis_name, axis=-1)
+        else:  # unused by the loss: no collective for them
+            adv_moments = jnp.zeros((config.update_epochs, config.num_minibatches, 2), jnp.float32)
         (flat_params, opt_state), infos = jax.lax.scan(epoch, (flat_params, opt_state), (perms, adv_moments))
         return unravel(flat_params), opt_state, infos
 
