@@ -7,8 +7,8 @@ provides the axis is decided only in ``rlpar/parallel.py``.
 A pytree is reduced in one collective per dtype, not one per leaf: its leaves are raveled into one vector, reduced,
 and split back. The result is the same (the reduction is elementwise), but the device rendezvous happens once. On
 XLA:CPU that matters: a gradient pytree of 12 leaves reduced leaf by leaf (XLA combines them into one all-reduce
-instruction, but the CPU runtime still meets once per operand) took 1.3 ms per PPO minibatch step on 2 devices,
-raveled 0.3 ms (``benchmarks/README.md``).
+instruction, but the CPU runtime still meets once per operand) took about 0.95 ms per PPO minibatch step on 2
+devices, raveled about 0.2 ms (``benchmarks/collective_cost.py``).
 """
 
 from __future__ import annotations

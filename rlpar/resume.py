@@ -73,8 +73,8 @@ def expand(argv: list[str]) -> ResumeArgs:
         raise ValueError(f"{FLAG} takes every setting from {Path(run_dir) / rundir.CONFIG} (only the multi-process "
                          f"flags may be given again); drop {' '.join(rest)}")
     # No agent or env import here: the device flags must be known before anything starts JAX's backends.
-    run_values = {**meta["run"], **{name: "" if name == "coordinator" else 0 for name in ("coordinator", "process_id")},
-                  "num_processes": 1, **processes, "run_dir": str(run_dir)}
+    single_process = {"coordinator": "", "num_processes": 1, "process_id": 0}  # unless the flags say otherwise
+    run_values = {**meta["run"], **single_process, **processes, "run_dir": str(run_dir)}
     num_devices, num_processes = meta["num_devices"], run_values["num_processes"]
     if run_values["coordinator"] != "auto":  # with "auto" the scheduler says how many processes; run.py checks
         if num_devices % num_processes:

@@ -380,11 +380,11 @@ def _save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger | No
                      meta: dict) -> None:
     """Every process calls this at the same point; ``logger`` is ``None`` in all but the writing process."""
     rows = parallel.rows_to_host(state)  # in a multi-process run: a collective gathering every process's rows
-    if logger is None:  # not the writer: joins orbax's save, whose files (and position) only process 0 writes
-        checkpoints.save(updates_done, rows, None, meta)
-        return
-    logger.sync()  # the checkpoint records the log files' lengths: they must be on disk first
-    checkpoints.save(updates_done, rows, logger.position(updates_done), meta)
+    position = None  # not the writer: it joins orbax's save, whose files (and position) only process 0 writes
+    if logger is not None:
+        logger.sync()  # the checkpoint records the log files' lengths: they must be on disk first
+        position = logger.position(updates_done)
+    checkpoints.save(updates_done, rows, position, meta)
 
 
 def mean_recent_return(records: list[dict], last: int = 5) -> float:

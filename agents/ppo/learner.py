@@ -4,10 +4,10 @@ Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradi
 statistics and advantage-normalisation statistics are reduced over that axis, so every device applies the same
 update to the same parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business.
 
-Collectives are few, because on CPU each one is a rendezvous of the device threads costing more than the small
-network's gradient itself: per update, one for the advantage statistics of every minibatch of every epoch (the
-shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all steps,
-and one each for episode and observation statistics.
+Collectives are few, because on CPU each one is a rendezvous of the device threads that adds about half the cost
+of the small network's gradient itself: per update, one for the advantage statistics of every minibatch of every
+epoch (the shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all
+steps, and one each for episode and observation statistics.
 """
 
 from __future__ import annotations
@@ -190,8 +190,8 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         n = batch.advantage.shape[0]
         perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
         # Every minibatch's advantage moments over all devices, for all epochs at once: [E, M, 2], one collective.
-        minibatch_advantages = batch.advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
         if config.normalize_advantages:
+            minibatch_advantages = batch.advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
             adv_moments = moments(minibatch_advantages, axis_name, axis=-1)
         else:  # unused by the loss: no collective for them
             adv_moments = jnp.zeros((config.update_epochs, config.num_minibatches, 2), jnp.float32)

@@ -1,0 +1,98 @@
+"""What a gradient all-reduce costs on this host: one PPO minibatch gradient step on 2 devices, with the gradient
+and loss statistics reduced leaf by leaf (``jax.lax.pmean`` on the pytree), raveled (``rlpar.collectives.pmean``),
+or not at all; plus one isolated all-reduce of a single float.
+
+Each figure is the median over ``--repeats`` calls of a compiled ``scan`` of ``--steps`` steps, divided by the steps.
+
+    python benchmarks/collective_cost.py --devices 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import common  # noqa: F401
+
+
+def per_step_us(fn, args, steps: int, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return 1e6 * statistics.median(times) / steps
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--minibatch", type=int, default=256, help="transitions per step, over all devices")
+    parser.add_argument("--steps", type=int, default=160)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+
+    from rlpar import parallel
+
+    parallel.request_cpu_devices(args.devices)
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.flatten_util import ravel_pytree
+
+    import envs
+    from agents.ppo import Batch, PPOConfig, make_ppo
+    from agents.ppo.loss import ppo_loss
+    from agents.ppo.network import ActorCritic
+    from rlpar import collectives
+
+    devices, axis = parallel.select_devices(args.devices), parallel.AXIS_NAME
+    config = PPOConfig()
+    env, env_params = envs.make("CartPole-v1")
+    network = make_ppo(config, env, env_params, config.num_envs, None).network
+    params = network.init(jax.random.PRNGKey(0), jnp.zeros((1, 4)))
+    n = args.minibatch // len(devices)
+    keys = jax.random.split(jax.random.PRNGKey(1), 4)
+    batch = Batch(jax.random.normal(keys[0], (n, 4)), jax.random.randint(keys[1], (n,), 0, 2), jnp.full((n,), -0.69),
+                  jax.random.normal(keys[2], (n,)), jax.random.normal(keys[3], (n,)), jnp.zeros(n))
+
+    def loss(p):
+        pi, value = network.apply(p, batch.obs, method=ActorCritic.distribution)
+        return ppo_loss(pi.log_prob(batch.action), pi.entropy(), value, batch.log_prob, batch.value, batch.advantage,
+                        batch.target, clip_eps=0.2, vf_clip_eps=0.2, vf_coef=0.5, ent_coef=0.01)
+
+    reductions = {
+        "leaf by leaf (jax.lax.pmean on the pytree)": lambda t: jax.lax.pmean(t, axis),
+        "raveled (rlpar.collectives.pmean)": lambda t: collectives.pmean(t, axis),
+        "none (arithmetic only)": lambda t: t,
+    }
+    rows = lambda tree: jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)  # noqa: E731
+    print(f"{len(devices)} {devices[0].platform} devices, minibatch {args.minibatch}, PPO 64x64 actor-critic")
+    for name, reduce in reductions.items():
+        def steps(p, reduce=reduce):
+            def body(p, _):
+                (_, info), grads = jax.value_and_grad(loss, has_aux=True)(p)
+                grads, info = reduce((grads, info))
+                flat, unravel = ravel_pytree(p)
+                return unravel(flat - 1e-4 * ravel_pytree(grads)[0]), info.total
+            return jax.lax.scan(body, p, None, length=args.steps)
+
+        mapped = jax.pmap(steps, axis_name=axis, devices=devices)
+        us = per_step_us(mapped, (rows(params),), args.steps, args.repeats)
+        print(f"  gradient step, reduced {name}: {us:7.1f} us")
+
+    def all_reduces(x):
+        return jax.lax.scan(lambda c, _: (jax.lax.psum(c, axis) * 0.5, None), x, None, length=args.steps)[0]
+
+    one = jax.pmap(all_reduces, axis_name=axis, devices=devices)
+    us = per_step_us(one, (np.ones((len(devices), 1), np.float32),), args.steps, args.repeats)
+    print(f"  one all-reduce of one float: {us:7.1f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
