@@ -10,22 +10,13 @@ Each figure is the median over ``--repeats`` calls of a compiled ``scan`` of ``-
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import common  # noqa: F401
+from profile_update import median_seconds
 
 
 def per_step_us(fn, args, steps: int, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return 1e6 * statistics.median(times) / steps
+    return 1e6 * median_seconds(fn, *args, repeats=repeats) / steps
 
 
 def main(argv=None) -> int:
