@@ -54,37 +54,65 @@ def reset(env, env_params, key: jax.Array, num_envs: int) -> RolloutState:
     return RolloutState(env_state=env_state, obs=obs, key=key)
 
 
+class _Pending(NamedTuple):
+    """Per environment, the last truncated step's final observation not yet valued (carried through the scan)."""
+
+    obs: jax.Array  # [B, *obs_shape]
+    held: jax.Array  # [B] bool: obs holds a truncated step's final observation
+    spilled: jax.Array  # bool scalar: some environment was truncated twice in this collect (see make_collector)
+
+
 def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_steps: int):
     """Build ``collect(params, rollout_state) -> (rollout_state, Transition [num_steps, B])``.
 
     Args:
       env, env_params: a gymnax 1.0 environment (six-value, auto-resetting ``step``), e.g. from ``envs.make``.
       policy_fn: ``(params, obs [B, ...], key) -> (action [B, ...], log_prob [B], value [B])``.
-      value_fn: ``(params, obs [N, ...]) -> value [N]``; used once per rollout on the final observations of the
-        truncated steps (see ``truncated_values``), to get ``final_value``.
+      value_fn: ``(params, obs [B, ...]) -> value [B]``; the critic at ``info["final_observation"]`` of the truncated
+        steps, which gives ``final_value``.
       num_steps: ``T``, environment steps per collect call.
+
+    ``final_value`` without keeping every step's final observation: the scan carries, per environment, the final
+    observation of its latest truncated step (``[B, ...]``), and one batched ``value_fn`` call after the scan values
+    them all. Keeping ``[T, B, ...]`` final observations instead cost about 10% of the collector's time at 1024 and
+    more environments (``benchmarks/README.md``). An environment can be truncated twice in one collect only when
+    ``num_steps`` exceeds its time limit; then the earlier observation is valued on the spot (under ``lax.cond``,
+    so the usual step pays only for a select) and moved to its step by ``_place_spilled`` after the scan.
     """
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def env_step(carry: RolloutState, params, keys_t: jax.Array):
+    def env_step(carry: tuple[RolloutState, _Pending], params, keys_t: jax.Array):
         # keys_t [1 + B]: the acting key, then one key per environment
-        action, log_prob, value = policy_fn(params, carry.obs, keys_t[0])
-        obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], carry.env_state, action, env_params)
+        state, pending = carry
+        action, log_prob, value = policy_fn(params, state.obs, keys_t[0])
+        obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], state.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
+        again = jnp.logical_and(truncated, pending.held)  # a second truncation: value the held one now
+        spill = jax.lax.cond(
+            jnp.any(again),
+            lambda: jnp.where(again, value_fn(params, pending.obs), 0.0).astype(value.dtype),
+            lambda: jnp.zeros_like(value),
+        )
+        rows = truncated.reshape(truncated.shape + (1,) * (obs.ndim - 1))
+        pending = _Pending(
+            obs=jnp.where(rows, info["final_observation"], pending.obs),
+            held=jnp.logical_or(pending.held, truncated),
+            spilled=jnp.logical_or(pending.spilled, jnp.any(again)),
+        )
         transition = Transition(
-            obs=carry.obs,
+            obs=state.obs,
             action=action,
             log_prob=log_prob,
             value=value,
             reward=reward.astype(jnp.float32),
             terminated=terminated,
             truncated=truncated,
-            final_value=jnp.zeros_like(value),  # filled in after the scan, in one batched call
+            final_value=spill,  # only spilled values here; the final values are placed after the scan
             episode_return=info["episode_return"],
             episode_length=info["episode_length"],
             episode_done=info["episode_done"],
         )
-        return carry.replace(env_state=env_state, obs=obs), (transition, info["final_observation"])
+        return (state.replace(env_state=env_state, obs=obs), pending), transition
 
     def collect(params, state: RolloutState) -> tuple[RolloutState, Transition]:
         key_next, key_steps = jax.random.split(state.key)
@@ -93,36 +121,31 @@ def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_
         num_envs = state.obs.shape[0]
         keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
         keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
-        state, (traj, final_obs) = jax.lax.scan(lambda c, k: env_step(c, params, k), state, keys)
-        state = state.replace(key=key_next)
-        final_value = truncated_values(value_fn, params, final_obs, traj.truncated)
-        return state, traj._replace(final_value=final_value)
+        # Built from state.obs so that under shard_map the carry varies over the device axis as the scan's output does.
+        held = jnp.zeros_like(state.obs, bool).reshape(num_envs, -1).any(axis=1)
+        pending = _Pending(jnp.zeros_like(state.obs), held, held.any())
+        (state, pending), traj = jax.lax.scan(lambda c, k: env_step(c, params, k), (state, pending), keys)
+        last = value_fn(params, pending.obs)  # [B]; rows that hold nothing are masked out below
+        final_value = jax.lax.cond(
+            pending.spilled,
+            lambda: _place_spilled(traj.final_value, traj.truncated, last),
+            lambda: jnp.where(traj.truncated, last[None, :], 0.0).astype(traj.value.dtype),
+        )
+        return state.replace(key=key_next), traj._replace(final_value=final_value)
 
     return collect
 
 
-def truncated_values(value_fn: ValueFn, params, final_obs: jax.Array, truncated: jax.Array) -> jax.Array:
-    """``V(final_obs)`` where ``truncated``, 0 elsewhere; ``final_obs [T, B, ...]``, ``truncated [T, B]`` -> ``[T, B]``.
+def _place_spilled(spilled: jax.Array, truncated: jax.Array, last: jax.Array) -> jax.Array:
+    """``final_value [T, B]`` when environments were truncated more than once in a collect.
 
-    Time limits cut an episode at most once per environment in a typical rollout, so the critic runs on a compacted
-    batch of ``B`` rows (the truncated steps' final observations, padded) instead of all ``T * B``: on CartPole
-    (64x64 MLP) evaluating every row cost about a third of the collector's time. If more than ``B`` steps of this
-    rollout were truncated, it falls back to all ``T * B`` rows; the result is the same either way.
+    ``spilled[t, b]`` holds the value of environment ``b``'s previous truncated step, emitted at its next one ``t``;
+    ``last[b]`` the value of its last. A reverse scan hands each value back to the truncated step it belongs to.
     """
-    t, b = truncated.shape
-    flat_obs = final_obs.reshape((t * b,) + final_obs.shape[2:])
-    flat_truncated = truncated.reshape(t * b)
 
-    def compact(_):
-        (rows,) = jnp.nonzero(flat_truncated, size=b, fill_value=0)  # padding repeats row 0, masked below
-        # Mask by position, not by flat_truncated[rows]: if row 0 is itself truncated, the padding copies of it
-        # would otherwise add its value again.
-        valid = jnp.arange(b) < jnp.sum(flat_truncated)
-        values = jnp.where(valid, value_fn(params, flat_obs[rows]), 0.0)
-        return jnp.zeros(t * b, values.dtype).at[rows].add(values)
+    def back(value_next, inputs):
+        spilled_t, truncated_t = inputs
+        return jnp.where(truncated_t, spilled_t, value_next), jnp.where(truncated_t, value_next, 0.0)
 
-    def every_row(_):
-        return value_fn(params, flat_obs)
-
-    values = jax.lax.cond(jnp.sum(flat_truncated) <= b, compact, every_row, None)
-    return jnp.where(truncated, values.reshape(t, b), 0.0)
+    _, final_value = jax.lax.scan(back, last.astype(spilled.dtype), (spilled, truncated), reverse=True)
+    return final_value

@@ -1,6 +1,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import envs
 from rlpar import rollout
@@ -51,32 +52,43 @@ def test_collector_is_deterministic_and_envs_differ():
     assert not np.allclose(a.obs[:, 0], a.obs[:, 1])  # independent envs
 
 
-def test_truncated_values_compact_and_fallback_agree():
-    # final_obs[t, b] = [10 t + b]; value_fn = obs + 0.5, so V = 10 t + b + 0.5 where truncated, 0 elsewhere.
-    final_obs = (10.0 * jnp.arange(3)[:, None] + jnp.arange(2)[None, :])[..., None]  # [T=3, B=2, 1]
-    value_fn = lambda p, obs: obs[:, 0] + 0.5
-    few = jnp.array([[False, True], [False, False], [True, False]])  # 2 <= B truncations: compacted batch
-    many = jnp.array([[True, True], [False, True], [True, False]])  # 4 > B: every row is evaluated
-    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, few),
-                                  [[0.0, 1.5], [0.0, 0.0], [20.5, 0.0]])
-    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, many),
-                                  [[0.5, 1.5], [0.0, 11.5], [20.5, 0.0]])
-    # only row 0 truncated: the padding of the compacted batch repeats row 0 and must not add its value again
-    first = jnp.zeros((3, 2), bool).at[0, 0].set(True)
-    np.testing.assert_array_equal(rollout.truncated_values(value_fn, None, final_obs, first),
-                                  [[0.5, 0.0], [0.0, 0.0], [0.0, 0.0]])
+def _reference_final_values(env, params, policy_fn, value_fn, state, num_steps):
+    """Step the same envs with the same keys, keep every step's final observation, value the truncated ones."""
+    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    _, key_steps = jax.random.split(state.key)
+    b = state.obs.shape[0]
+    keys = jax.random.split(key_steps, num_steps * (1 + b)).reshape((num_steps, 1 + b, -1))
+
+    def step(carry, keys_t):
+        env_state, obs = carry
+        action, _, _ = policy_fn(None, obs, keys_t[0])
+        obs, env_state, _, terminated, truncated, info = step_envs(keys_t[1:], env_state, action, params)
+        truncated = truncated & ~terminated
+        return (env_state, obs), (truncated, info["final_observation"])
+
+    _, (truncated, final_obs) = jax.lax.scan(step, (state.env_state, state.obs), keys)
+    values = value_fn(None, final_obs.reshape((-1,) + final_obs.shape[2:])).reshape(truncated.shape)
+    return np.asarray(truncated), np.where(truncated, np.asarray(values), 0.0)
 
 
-def test_truncated_values_when_the_first_row_is_truncated():
-    # Only flat row 0 (t=0, b=0) is truncated: its value must appear once, even though the compacted batch pads
-    # with copies of row 0.
-    final_obs = jnp.arange(9.0).reshape(3, 3, 1)
-    truncated = jnp.zeros((3, 3), bool).at[0, 0].set(True)
-    values = rollout.truncated_values(lambda p, o: 100.0 + o[:, 0], None, final_obs, truncated)
-    expected = np.zeros((3, 3))
-    expected[0, 0] = 100.0
-    np.testing.assert_allclose(np.asarray(values), expected)
-    # and the fallback path (more truncated steps than envs) gives the same values where truncated
-    many = jnp.ones((3, 3), bool)
-    np.testing.assert_allclose(np.asarray(rollout.truncated_values(lambda p, o: 100.0 + o[:, 0], None, final_obs,
-                                                                   many)), 100.0 + np.arange(9.0).reshape(3, 3))
+@pytest.mark.parametrize("time_limit, num_steps", [(9, 12), (4, 30)])
+def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
+    # CartPole cut short, random actions: envs truncate at different steps, and with the 4-step limit each env is
+    # truncated several times per collect (the spilled path). Every final observation gets a different value.
+    env, params = envs.make("CartPole-v1")
+    params = params.replace(max_steps_in_episode=time_limit)
+    policy_fn = lambda p, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 2), jnp.zeros(obs.shape[0]),
+                                     jnp.zeros(obs.shape[0]))
+    weights = jnp.array([1.0, -2.0, 3.0, -5.0])
+    value_fn = lambda p, obs: 7.0 + obs @ weights
+    collect = jax.jit(rollout.make_collector(env, params, policy_fn, value_fn, num_steps))
+    state = rollout.reset(env, params, jax.random.PRNGKey(4), 6)
+    truncated, expected = _reference_final_values(env, params, policy_fn, value_fn, state, num_steps)
+    _, traj = collect(None, state)
+    np.testing.assert_array_equal(np.asarray(traj.truncated), truncated)
+    counts = truncated.sum(axis=0)
+    if time_limit < num_steps // 2:
+        assert counts.max() >= 2  # the case this parametrisation is for
+    else:
+        assert counts.max() == 1 and counts.sum() >= 2
+    np.testing.assert_allclose(np.asarray(traj.final_value), expected, rtol=1e-6)
