@@ -5,7 +5,10 @@
 
 Writes into ``--out``: ``rollout.jsonl`` (sweep), ``train.jsonl`` (rlpar and peers), ``rollout_sps.png`` and
 ``table.md`` (the tables for ``benchmarks/README.md``, each row with the command that measured it). Every
-device count runs in a fresh process. ``--quick`` shrinks everything for a smoke test (about two minutes).
+device count runs in a fresh process. Training runs in ``--train-rounds`` rounds, each round running every rlpar
+row and rejax once, so that the host's load (which moves single runs by 20% here) falls on all programs alike; the
+table gives each row's median over rounds, and each ratio is the median of the per-round ratios.
+``--quick`` shrinks everything for a smoke test (about two minutes).
 """
 
 from __future__ import annotations
@@ -36,26 +39,26 @@ QUICK_TRAIN_CONFIGS = {
 }
 
 
-def train_rlpar(name: str, config: dict, devices: int, out: Path) -> None:
+def train_rlpar(name: str, config: dict, devices: int, out: Path, round_: int) -> None:
     """``train_sps.py`` for one config and device count, in a fresh process."""
     cmd = [sys.executable, str(HERE / "train_sps.py"), "--devices", str(devices)]
     for key, value in config.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    print(f"[run_all] train {name}, {devices} device(s)", flush=True)
+    print(f"[run_all] round {round_}: train {name}, {devices} device(s)", flush=True)
     subprocess.run(cmd + ["--out", str(out)], check=True, stdout=subprocess.DEVNULL)
     records = read_jsonl(out)
-    records[-1]["config_name"] = name
+    records[-1].update(config_name=name, round=round_)
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path) -> None:
+def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path, round_: int) -> None:
     """One peer on one config; its record (or nothing, if the peer is not installed) appended to ``out``."""
     argv = ["--num-envs", str(config["num_envs"]), "--num-steps", str(config["num_steps"]),
             "--total-timesteps", str(config["total_timesteps"]), "--repeats", str(repeats)]
-    print(f"[run_all] peer {peer} {name}", flush=True)
+    print(f"[run_all] round {round_}: peer {peer} {name}", flush=True)
     record = peers.run_peer(peer, argv)
     if record is not None:
-        emit({"benchmark": "train", "program": peer, "config_name": name, **host_fields(), **record,
+        emit({"benchmark": "train", "program": peer, "config_name": name, "round": round_, **host_fields(), **record,
               "command": "python benchmarks/peers.py " + " ".join([peer, *argv])}, str(out))
 
 
@@ -119,43 +122,68 @@ def overhead_lines(records: list[dict]) -> list[str]:
     return out
 
 
+def _sps(record: dict) -> float:
+    return record.get("sps_end_to_end", record["sps_median"])
+
+
+def _rows(train: list[dict]) -> dict[tuple, list[dict]]:
+    """Training records grouped by (config name, program, devices), in the order first measured."""
+    rows: dict[tuple, list[dict]] = {}
+    for r in train:
+        rows.setdefault((r.get("config_name", ""), r["program"], r["num_devices"]), []).append(r)
+    return rows
+
+
 def train_table(records: list[dict]) -> list[str]:
-    lines = ["| config | program | devices | num_envs x num_steps | env steps | train SPS (end to end) | SPS spread | "
-             "time to return >= target | final return | compile s | command |",
+    """One row per (config, program, devices): the median run's figures, and every run's SPS."""
+    import statistics
+
+    lines = ["| config | program | devices | num_envs x num_steps | env steps | train SPS, median of runs | SPS of each "
+             "run (round order) | time to return >= target | final return | compile s | command |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in records:
-        spread = f"{_k(r['sps_min'])}-{_k(r['sps_max'])}"
-        sps = r.get("sps_end_to_end", r["sps_median"])
+    for (name, program, devices), runs in _rows(records).items():
+        median = statistics.median(_sps(r) for r in runs)
+        r = min(runs, key=lambda run: abs(_sps(run) - median))  # the run nearest the median (itself, if odd)
         tt = r.get("time_to_target_s")
         to_target = "n/a" if tt is None else f"{tt:.1f} s ({_k(r.get('steps_to_target'))} steps)"
         lines.append(
-            f"| {r.get('config_name', '')} | {r['program']} | {r['num_devices']} | "
-            f"{r['num_envs']} x {r['num_steps']} | "
-            f"{_k(r['env_steps'])} | {_k(sps)} | {spread} | "
-            f"{to_target} | "
+            f"| {name} | {program} | {devices} | {r['num_envs']} x {r['num_steps']} | {_k(r['env_steps'])} | "
+            f"{_k(median)} | {', '.join(_k(_sps(run)) for run in runs)} | {to_target} | "
             f"{_fmt(r.get('final_return'), 1)} | {r.get('compile_s', 0):.1f} | `{r['command']}` |")
     return lines
 
 
 def ratio_lines(train: list[dict]) -> list[str]:
-    """rlpar against the peers on the same config, and 1 -> 2 -> 4 devices."""
-    def find(program, name, devices=1):
-        for r in train:
-            if r["program"] == program and r.get("config_name") == name and r["num_devices"] == devices:
-                return r.get("sps_end_to_end", r["sps_median"])
-        return None
+    """rlpar against the peers on the same config, and 1 -> 2 -> 4 devices: the median of the per-round ratios
+    (each round measures both sides of a ratio minutes apart), with their range."""
+    import statistics
+
+    by_round: dict[tuple, float] = {}
+    for r in train:
+        by_round[(r["program"], r.get("config_name"), r["num_devices"], r.get("round", 0))] = _sps(r)
+    rounds = sorted({r.get("round", 0) for r in train})
+
+    def ratio(a: tuple, b: tuple) -> str | None:
+        values = [by_round[a + (k,)] / by_round[b + (k,)] for k in rounds if a + (k,) in by_round and b + (k,) in by_round]
+        if not values:
+            return None
+        spread = f" (runs {min(values):.2f}x-{max(values):.2f}x)" if len(values) > 1 else ""
+        return f"{statistics.median(values):.2f}x{spread}"
 
     out = []
     for name in ("default", "large"):
-        ours = find("rlpar", name)
         for peer in ("rejax", "sb3"):
-            theirs = find(peer, name)
-            if ours and theirs:
-                out.append(f"- train SPS, {name} config, 1 device: rlpar / {peer} = {ours / theirs:.2f}x")
+            text = ratio(("rlpar", name, 1), (peer, name, 1))
+            if text:
+                out.append(f"- train SPS, {name} config, 1 device: rlpar / {peer} = {text}")
         counts = sorted({r["num_devices"] for r in train if r["program"] == "rlpar" and r.get("config_name") == name})
-        if ours and len(counts) > 1:
-            out.append(f"- train SPS, {name} config: " + ", ".join(
-                f"{d} dev {_k(find('rlpar', name, d))} ({find('rlpar', name, d) / ours:.2f}x)" for d in counts))
+        for d in counts[1:]:
+            text = ratio(("rlpar", name, d), ("rlpar", name, 1))
+            if text:
+                out.append(f"- train SPS, {name} config: {d} devices / 1 device = {text}")
+            text = ratio(("rlpar", name, d), ("rejax", name, 1))
+            if text:
+                out.append(f"- train SPS, {name} config, whole host: rlpar on {d} devices / rejax = {text}")
     return out
 
 
@@ -194,7 +222,9 @@ def parse_args(argv=None):
     parser.add_argument("--devices", default="1,2,4", help="device counts (fake CPU devices on a CPU-only host)")
     parser.add_argument("--train-devices", default="1,2,4", help="device counts for the training runs")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per rollout point")
-    parser.add_argument("--peer-repeats", type=int, default=2, help="timed training runs per peer")
+    parser.add_argument("--train-rounds", type=int, default=3,
+                        help="rounds of training runs (every rlpar row and rejax once per round)")
+    parser.add_argument("--peer-repeats", type=int, default=1, help="timed training runs per peer per round")
     parser.add_argument("--sb3-timesteps", type=int, default=65_536, help="SB3 is ~10x slower: fewer steps")
     parser.add_argument("--skip", default="", help="comma list of parts to skip: rollout, train, peers")
     parser.add_argument("--quick", action="store_true", help="small settings, for checking the scripts")
@@ -220,18 +250,18 @@ def main(argv=None) -> int:
     train_out = out_dir / "train.jsonl"
     if "train" not in skip or "peers" not in skip:
         train_out.write_text("")
-    if "train" not in skip:
+    for round_ in range(1 if args.quick else args.train_rounds):
         for name, config in configs.items():
-            for devices in (int(d) for d in args.train_devices.split(",")):
-                if config["num_envs"] % devices == 0:
-                    train_rlpar(name, config, devices, train_out)
-        print(f"[run_all] training done at {time.perf_counter() - t0:.0f} s", flush=True)
+            if "train" not in skip:
+                for devices in (int(d) for d in args.train_devices.split(",")):
+                    if config["num_envs"] % devices == 0:
+                        train_rlpar(name, config, devices, train_out, round_)
+            if "peers" not in skip:
+                train_peer("rejax", name, config, args.peer_repeats, train_out, round_)
+        print(f"[run_all] training round {round_} done at {time.perf_counter() - t0:.0f} s", flush=True)
     if "peers" not in skip:
-        for name, config in configs.items():
-            train_peer("rejax", name, config, 1 if args.quick else args.peer_repeats, train_out)
         sb3 = dict(configs["default"], total_timesteps=min(args.sb3_timesteps, configs["default"]["total_timesteps"]))
-        train_peer("sb3", "default", sb3, 1, train_out)
-        print(f"[run_all] peers done at {time.perf_counter() - t0:.0f} s", flush=True)
+        train_peer("sb3", "default", sb3, 1, train_out, 0)
     table = write_table(out_dir, command, started)
     print(table.read_text())
     print(f"[run_all] wrote {out_dir} in {time.perf_counter() - t0:.0f} s", flush=True)
