@@ -88,13 +88,14 @@ def rollout_table(records: list[dict]) -> list[str]:
 
 
 def scaling_lines(records: list[dict]) -> list[str]:
-    """Engine SPS at the largest num_envs measured on every device count, relative to 1 device."""
+    """Engine SPS at each num_envs >= 1024 (the two largest if none) measured on every device count, relative to
+    1 device."""
     engine = [r for r in records if r["program"] == "engine"]
     by = {(r["num_devices"], r["num_envs"]): r for r in engine}
     counts = sorted({r["num_devices"] for r in engine})
     common_sizes = [n for n in sorted({r["num_envs"] for r in engine}) if all((d, n) in by for d in counts)]
     out = []
-    for n in common_sizes[-2:]:
+    for n in [n for n in common_sizes if n >= 1024] or common_sizes[-2:]:
         base = by[(1, n)]["sps_median"] if (1, n) in by else None
         parts = []
         for d in counts:
