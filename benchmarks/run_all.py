@@ -51,11 +51,11 @@ def train_rlpar(name: str, config: dict, devices: int, out: Path, round_: int) -
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
 
 
-def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path, round_: int) -> None:
+def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path, round_: int | None) -> None:
     """One peer on one config; its record (or nothing, if the peer is not installed) appended to ``out``."""
     argv = ["--num-envs", str(config["num_envs"]), "--num-steps", str(config["num_steps"]),
             "--total-timesteps", str(config["total_timesteps"]), "--repeats", str(repeats)]
-    print(f"[run_all] round {round_}: peer {peer} {name}", flush=True)
+    print(f"[run_all] {'' if round_ is None else f'round {round_}: '}peer {peer} {name}", flush=True)
     record = peers.run_peer(peer, argv)
     if record is not None:
         emit({"benchmark": "train", "program": peer, "config_name": name, "round": round_, **host_fields(), **record,
@@ -161,15 +161,21 @@ def ratio_lines(train: list[dict]) -> list[str]:
 
     by_round: dict[tuple, float] = {}
     for r in train:
-        by_round[(r["program"], r.get("config_name"), r["num_devices"], r.get("round", 0))] = _sps(r)
-    rounds = sorted({r.get("round", 0) for r in train})
+        if r.get("round") is not None:
+            by_round[(r["program"], r.get("config_name"), r["num_devices"], r["round"])] = _sps(r)
+    rounds = sorted({key[-1] for key in by_round})
+    rows = _rows(train)
 
     def ratio(a: tuple, b: tuple) -> str | None:
         values = [by_round[a + (k,)] / by_round[b + (k,)] for k in rounds if a + (k,) in by_round and b + (k,) in by_round]
-        if not values:
-            return None
-        spread = f" (runs {min(values):.2f}x-{max(values):.2f}x)" if len(values) > 1 else ""
-        return f"{statistics.median(values):.2f}x{spread}"
+        if values:
+            spread = f" (rounds {min(values):.2f}x-{max(values):.2f}x)" if len(values) > 1 else ""
+            return f"{statistics.median(values):.2f}x{spread}"
+        keys = [(name, program, devices) for program, name, devices in (a, b)]  # _rows' order
+        if all(key in rows for key in keys):  # not measured in the same round (SB3 runs once, after the rounds)
+            medians = [statistics.median(_sps(r) for r in rows[key]) for key in keys]
+            return f"{medians[0] / medians[1]:.2f}x (medians of all runs)"
+        return None
 
     out = []
     for name in ("default", "large"):
@@ -178,7 +184,7 @@ def ratio_lines(train: list[dict]) -> list[str]:
             if text:
                 out.append(f"- train SPS, {name} config, 1 device: rlpar / {peer} = {text}")
         counts = sorted({r["num_devices"] for r in train if r["program"] == "rlpar" and r.get("config_name") == name})
-        for d in counts[1:]:
+        for d in (d for d in counts if d != 1):
             text = ratio(("rlpar", name, d), ("rlpar", name, 1))
             if text:
                 out.append(f"- train SPS, {name} config: {d} devices / 1 device = {text}")
@@ -249,9 +255,12 @@ def main(argv=None) -> int:
                     "--out", str(out_dir / "rollout.jsonl"), "--png", str(out_dir / "rollout_sps.png")])
         print(f"[run_all] rollout sweep done at {time.perf_counter() - t0:.0f} s", flush=True)
     train_out = out_dir / "train.jsonl"
-    if "train" not in skip or "peers" not in skip:
-        train_out.write_text("")
-    for round_ in range(1 if args.quick else args.train_rounds):
+    if "train" not in skip or "peers" not in skip:  # start afresh, keeping the rows of a skipped part
+        kept = [r for r in (read_jsonl(train_out) if train_out.exists() else [])
+                if ("train" in skip and r["program"] == "rlpar") or ("peers" in skip and r["program"] != "rlpar")]
+        train_out.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    rounds = 0 if {"train", "peers"} <= skip else 1 if args.quick else args.train_rounds
+    for round_ in range(rounds):
         for name, config in configs.items():
             if "train" not in skip:
                 for devices in (int(d) for d in args.train_devices.split(",")):
@@ -262,7 +271,7 @@ def main(argv=None) -> int:
         print(f"[run_all] training round {round_} done at {time.perf_counter() - t0:.0f} s", flush=True)
     if "peers" not in skip:
         sb3 = dict(configs["default"], total_timesteps=min(args.sb3_timesteps, configs["default"]["total_timesteps"]))
-        train_peer("sb3", "default", sb3, 1, train_out, 0)
+        train_peer("sb3", "default", sb3, 1, train_out, None)  # once, after the rounds
     table = write_table(out_dir, command, started)
     print(table.read_text())
     print(f"[run_all] wrote {out_dir} in {time.perf_counter() - t0:.0f} s", flush=True)

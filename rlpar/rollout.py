@@ -77,7 +77,9 @@ def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_
     them all. Keeping ``[T, B, ...]`` final observations instead cost about 10% of the collector's time at 1024 and
     more environments (``benchmarks/README.md``). An environment can be truncated twice in one collect only when
     ``num_steps`` exceeds its time limit; then the earlier observation is valued on the spot (under ``lax.cond``,
-    so the usual step pays only for a select) and moved to its step by ``_place_spilled`` after the scan.
+    so the usual step pays only for a select) and moved to its step by ``_place_spilled`` after the scan. (Under
+    ``vmap``, e.g. several seeds at once, ``lax.cond`` becomes a select and that valuation runs every step, as the
+    every-row valuation of earlier versions did.)
     """
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
@@ -121,7 +123,9 @@ def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_
         num_envs = state.obs.shape[0]
         keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
         keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
-        # Built from state.obs so that under shard_map the carry varies over the device axis as the scan's output does.
+        # Built with zeros_like(state.obs) so that under shard_map the initial carry varies over the device axis, as
+        # the scan's output does (zeros_like keeps its argument's varying type while jax_auto_pcast is on, the
+        # default in JAX 0.10; test_backends runs this under shard_map).
         held = jnp.zeros_like(state.obs, bool).reshape(num_envs, -1).any(axis=1)
         pending = _Pending(jnp.zeros_like(state.obs), held, held.any())
         (state, pending), traj = jax.lax.scan(lambda c, k: env_step(c, params, k), (state, pending), keys)

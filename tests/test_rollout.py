@@ -2,8 +2,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import struct
+from gymnax.environments import environment, spaces
 
 import envs
+from envs.probes import ProbeParams
 from rlpar import rollout
 
 
@@ -71,24 +74,57 @@ def _reference_final_values(env, params, policy_fn, value_fn, state, num_steps):
     return np.asarray(truncated), np.where(truncated, np.asarray(values), 0.0)
 
 
-@pytest.mark.parametrize("time_limit, num_steps", [(9, 12), (4, 30)])
+@struct.dataclass
+class _ClockState(environment.EnvState):
+    x: jax.Array
+
+
+class _Clock(environment.Environment):
+    """Observation ``[x]``, with ``x`` random at reset and +1 per step, so every final observation differs. Episodes
+    terminate with probability 0.05 per step, so environments fall out of step and reach the time limit at different
+    steps (and some terminate on the step the time limit also ends: such a step is not truncated)."""
+
+    @property
+    def default_params(self):
+        return ProbeParams(max_steps_in_episode=4)
+
+    def reset_env(self, key, params):
+        state = _ClockState(time=0, x=jax.random.uniform(key, (), minval=0.0, maxval=100.0))
+        return state.x[None], state
+
+    def step_env(self, key, state, action, params):
+        state = _ClockState(time=state.time + 1, x=state.x + 1.0)
+        return state.x[None], state, jnp.float32(1.0), jax.random.bernoulli(key, 0.05), {}
+
+    def is_terminated(self, state, params):
+        return jnp.bool_(False)
+
+    def action_space(self, params=None):
+        return spaces.Discrete(1)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1000.0, (1,), jnp.float32)
+
+
+@pytest.mark.parametrize("time_limit, num_steps", [(20, 30), (4, 30)])
 def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
-    # CartPole cut short, random actions: envs truncate at different steps, and with the 4-step limit each env is
-    # truncated several times per collect (the spilled path). Every final observation gets a different value.
-    env, params = envs.make("CartPole-v1")
-    params = params.replace(max_steps_in_episode=time_limit)
-    policy_fn = lambda p, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 2), jnp.zeros(obs.shape[0]),
-                                     jnp.zeros(obs.shape[0]))
-    weights = jnp.array([1.0, -2.0, 3.0, -5.0])
-    value_fn = lambda p, obs: 7.0 + obs @ weights
+    # With the 20-step limit each env is truncated at most once per collect (one batched valuation after the scan);
+    # with the 4-step limit several times (the spilled path). value_fn(x) = 7 + 3 x tells the observations apart.
+    env = envs.EpisodeStatistics(_Clock())
+    params = env.default_params.replace(max_steps_in_episode=time_limit)
+    policy_fn = lambda p, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), jnp.zeros(obs.shape[0]), jnp.zeros(obs.shape[0]))
+    value_fn = lambda p, obs: 7.0 + 3.0 * obs[:, 0]
     collect = jax.jit(rollout.make_collector(env, params, policy_fn, value_fn, num_steps))
-    state = rollout.reset(env, params, jax.random.PRNGKey(4), 6)
+    state = rollout.reset(env, params, jax.random.PRNGKey(4), 16)
     truncated, expected = _reference_final_values(env, params, policy_fn, value_fn, state, num_steps)
     _, traj = collect(None, state)
     np.testing.assert_array_equal(np.asarray(traj.truncated), truncated)
     counts = truncated.sum(axis=0)
-    if time_limit < num_steps // 2:
-        assert counts.max() >= 2  # the case this parametrisation is for
+    steps = set(np.nonzero(truncated)[0])
+    assert len(steps) > 3  # the envs are truncated at different steps
+    assert (np.asarray(traj.terminated) & ~truncated).any()
+    if 2 * time_limit > num_steps:  # no env can reach the limit twice
+        assert counts.max() == 1 and counts.sum() >= 8
     else:
-        assert counts.max() == 1 and counts.sum() >= 2
+        assert counts.max() >= 3 and num_steps - 1 in steps  # several per env, and at the last step too
     np.testing.assert_allclose(np.asarray(traj.final_value), expected, rtol=1e-6)
