@@ -256,8 +256,13 @@ def main(argv=None) -> int:
         print(f"[run_all] rollout sweep done at {time.perf_counter() - t0:.0f} s", flush=True)
     train_out = out_dir / "train.jsonl"
     if "train" not in skip or "peers" not in skip:  # start afresh, keeping the rows of a skipped part
-        kept = [r for r in (read_jsonl(train_out) if train_out.exists() else [])
-                if ("train" in skip and r["program"] == "rlpar") or ("peers" in skip and r["program"] != "rlpar")]
+        def keep(r: dict) -> bool:  # ... if they were measured on this run's configs (not e.g. --quick's)
+            config = configs.get(r.get("config_name"), {})
+            same = (config.get("num_envs"), config.get("num_steps")) == (r["num_envs"], r["num_steps"])
+            skipped = ("train" in skip and r["program"] == "rlpar") or ("peers" in skip and r["program"] != "rlpar")
+            return same and skipped
+
+        kept = [r for r in (read_jsonl(train_out) if train_out.exists() else []) if keep(r)]
         train_out.write_text("".join(json.dumps(r) + "\n" for r in kept))
     rounds = 0 if {"train", "peers"} <= skip else 1 if args.quick else args.train_rounds
     for round_ in range(rounds):
