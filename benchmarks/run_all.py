@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -58,8 +59,8 @@ def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path, roun
     print(f"[run_all] {'' if round_ is None else f'round {round_}: '}peer {peer} {name}", flush=True)
     record = peers.run_peer(peer, argv)
     if record is not None:
-        emit({"benchmark": "train", "program": peer, "config_name": name, "round": round_, **host_fields(), **record,
-              "command": "python benchmarks/peers.py " + " ".join([peer, *argv])}, str(out))
+        emit({"benchmark": "train", "program": peer, "config_name": name, "round": round_, **host_fields(),
+              **record, "command": "python benchmarks/peers.py " + " ".join([peer, *argv])}, str(out))
 
 
 def _fmt(x, digits=0) -> str:
@@ -107,8 +108,6 @@ def scaling_lines(records: list[dict]) -> list[str]:
 
 def overhead_lines(records: list[dict]) -> list[str]:
     """Median engine overhead over bare gymnax per device count, over all sizes and over num_envs >= 1024."""
-    import statistics
-
     out = []
     for devices in sorted({r["num_devices"] for r in records}):
         rows = [r for r in records if r["num_devices"] == devices and r.get("overhead_vs_bare") is not None]
@@ -137,10 +136,8 @@ def _rows(train: list[dict]) -> dict[tuple, list[dict]]:
 
 def train_table(records: list[dict]) -> list[str]:
     """One row per (config, program, devices): the median run's figures, and every run's SPS."""
-    import statistics
-
-    lines = ["| config | program | devices | num_envs x num_steps | env steps | train SPS, median of runs | SPS of each "
-             "run (round order) | time to return >= target | final return | compile s | command |",
+    lines = ["| config | program | devices | num_envs x num_steps | env steps | train SPS, median of runs | "
+             "SPS of each run (round order) | time to return >= target | final return | compile s | command |",
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (name, program, devices), runs in _rows(records).items():
         median = statistics.median(_sps(r) for r in runs)
@@ -157,38 +154,33 @@ def train_table(records: list[dict]) -> list[str]:
 def ratio_lines(train: list[dict]) -> list[str]:
     """rlpar against the peers on the same config, and 1 -> 2 -> 4 devices: the median of the per-round ratios
     (each round measures both sides of a ratio minutes apart), with their range."""
-    import statistics
-
-    by_round: dict[tuple, float] = {}
-    for r in train:
-        if r.get("round") is not None:
-            by_round[(r["program"], r.get("config_name"), r["num_devices"], r["round"])] = _sps(r)
+    rows = _rows(train)  # keys (config name, program, devices), as ratio()'s arguments
+    by_round = {key + (r["round"],): _sps(r) for key, runs in rows.items() for r in runs if r.get("round") is not None}
     rounds = sorted({key[-1] for key in by_round})
-    rows = _rows(train)
 
     def ratio(a: tuple, b: tuple) -> str | None:
-        values = [by_round[a + (k,)] / by_round[b + (k,)] for k in rounds if a + (k,) in by_round and b + (k,) in by_round]
+        values = [by_round[a + (k,)] / by_round[b + (k,)] for k in rounds
+                  if a + (k,) in by_round and b + (k,) in by_round]
         if values:
             spread = f" (rounds {min(values):.2f}x-{max(values):.2f}x)" if len(values) > 1 else ""
             return f"{statistics.median(values):.2f}x{spread}"
-        keys = [(name, program, devices) for program, name, devices in (a, b)]  # _rows' order
-        if all(key in rows for key in keys):  # not measured in the same round (SB3 runs once, after the rounds)
-            medians = [statistics.median(_sps(r) for r in rows[key]) for key in keys]
+        if a in rows and b in rows:  # not measured in the same round (SB3 runs once, after the rounds)
+            medians = [statistics.median(_sps(r) for r in rows[key]) for key in (a, b)]
             return f"{medians[0] / medians[1]:.2f}x (medians of all runs)"
         return None
 
     out = []
     for name in ("default", "large"):
         for peer in ("rejax", "sb3"):
-            text = ratio(("rlpar", name, 1), (peer, name, 1))
+            text = ratio((name, "rlpar", 1), (name, peer, 1))
             if text:
                 out.append(f"- train SPS, {name} config, 1 device: rlpar / {peer} = {text}")
         counts = sorted({r["num_devices"] for r in train if r["program"] == "rlpar" and r.get("config_name") == name})
         for d in (d for d in counts if d != 1):
-            text = ratio(("rlpar", name, d), ("rlpar", name, 1))
+            text = ratio((name, "rlpar", d), (name, "rlpar", 1))
             if text:
                 out.append(f"- train SPS, {name} config: {d} devices / 1 device = {text}")
-            text = ratio(("rlpar", name, d), ("rejax", name, 1))
+            text = ratio((name, "rlpar", d), (name, "rejax", 1))
             if text:
                 out.append(f"- train SPS, {name} config, whole host: rlpar on {d} devices / rejax = {text}")
     return out

@@ -82,7 +82,7 @@ class _ClockState(environment.EnvState):
 class _Clock(environment.Environment):
     """Observation ``[x]``, with ``x`` random at reset and +1 per step, so every final observation differs. Episodes
     terminate with probability 0.05 per step, so environments fall out of step and reach the time limit at different
-    steps (and some terminate on the step the time limit also ends: such a step is not truncated)."""
+    steps (a termination on the step the time limit also ends counts as a termination, not a truncation)."""
 
     @property
     def default_params(self):
@@ -112,7 +112,8 @@ def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
     # with the 4-step limit several times (the spilled path). value_fn(x) = 7 + 3 x tells the observations apart.
     env = envs.EpisodeStatistics(_Clock())
     params = env.default_params.replace(max_steps_in_episode=time_limit)
-    policy_fn = lambda p, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), jnp.zeros(obs.shape[0]), jnp.zeros(obs.shape[0]))
+    zeros = lambda obs, dtype=jnp.float32: jnp.zeros(obs.shape[0], dtype)
+    policy_fn = lambda p, obs, key: (zeros(obs, jnp.int32), zeros(obs), zeros(obs))
     value_fn = lambda p, obs: 7.0 + 3.0 * obs[:, 0]
     collect = jax.jit(rollout.make_collector(env, params, policy_fn, value_fn, num_steps))
     state = rollout.reset(env, params, jax.random.PRNGKey(4), 16)
