@@ -1,4 +1,11 @@
-"""The agent library: ``import agents; agents.ppo.train(agents.PPOConfig(), "CartPole-v1")``."""
+"""The agent library, built on the engine's contract (``rlpar.agent``):
+``import agents; agents.ppo.train(agents.PPOConfig(), "CartPole-v1")``.
+
+Each agent package exports ``SPEC`` (an ``rlpar.agent.AgentSpec``); the CLI finds them by name through
+``rlpar.registry``. Shared pieces: ``agents.networks`` (MLP/CNN torsos, actor-critic), ``agents.optim`` (the
+optimizer chain), ``agents.advantages`` (GAE), ``agents.normalization`` (observation statistics),
+``agents.layers`` and ``agents.platform`` (the XLA:CPU fast paths and their switch).
+"""
 
 from __future__ import annotations
 
@@ -6,19 +13,5 @@ from agents import advantages, ppo, ppo_rnn
 from agents.advantages import gae, normalize
 from agents.ppo import PPOConfig
 from agents.ppo_rnn import RecurrentPPOConfig
-from rlpar.runner import AgentSpec
 
-AGENTS: dict[str, AgentSpec] = {
-    "ppo": AgentSpec(name="ppo", config_cls=PPOConfig, make=ppo.make_ppo),
-    "ppo_rnn": AgentSpec(name="ppo_rnn", config_cls=RecurrentPPOConfig, make=ppo_rnn.make_ppo_rnn),
-}
-
-
-def get(name: str) -> AgentSpec:
-    """The agent registered as ``name``; ``ValueError`` listing the known ones otherwise."""
-    if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}: known agents are {', '.join(sorted(AGENTS))}")
-    return AGENTS[name]
-
-
-__all__ = ["AGENTS", "PPOConfig", "RecurrentPPOConfig", "advantages", "gae", "get", "normalize", "ppo", "ppo_rnn"]
+__all__ = ["PPOConfig", "RecurrentPPOConfig", "advantages", "gae", "normalize", "ppo", "ppo_rnn"]

@@ -27,13 +27,13 @@ def chunk_seconds_per_step(records: list[dict]) -> list[float]:
 
 def measure(config, run_config, backends: list[str], runs: int) -> dict[str, dict]:
     """``runs`` training runs per backend, alternating; per backend its chunk timings and compile times."""
-    from agents import AGENTS
+    import agents
     from rlpar.runner import run
 
     timings = {b: {"seconds_per_step": [], "compile_s": []} for b in backends}
     for _ in range(runs):
         for backend in backends:
-            result = run(AGENTS["ppo"], config, dataclasses.replace(run_config, backend=backend))
+            result = run(agents.ppo.SPEC, config, dataclasses.replace(run_config, backend=backend))
             timings[backend]["seconds_per_step"] += chunk_seconds_per_step(result.metrics)
             timings[backend]["compile_s"].append(round(result.compile_s, 3))
     return timings

@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     import envs
     from agents.ppo import Batch, PPOConfig, make_ppo
     from agents.ppo.loss import ppo_loss
-    from agents.ppo.network import ActorCritic
+    from agents.networks import ActorCritic
     from rlpar import collectives
 
     devices, axis = parallel.select_devices(args.devices), parallel.AXIS_NAME

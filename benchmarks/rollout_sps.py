@@ -49,7 +49,7 @@ def make_policy(env, env_params, hidden_sizes):
     Returns ``(network, policy_fn, value_fn)`` with ``policy_fn(params, obs [B, d], key) -> (action, log_prob,
     value)`` and ``value_fn(params, obs [N, d]) -> value``, the same calls the PPO learner makes.
     """
-    from agents.ppo.network import ActorCritic, make_network
+    from agents.networks import ActorCritic, make_network
 
     network = make_network(env.observation_space(env_params), env.action_space(env_params), hidden_sizes, "tanh")
 

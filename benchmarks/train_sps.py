@@ -34,12 +34,12 @@ def time_to_target(records: list[dict], target: float) -> tuple[float | None, in
 
 def train_record(config, run_config, target: float) -> dict:
     """Train once; one result record."""
-    from agents import AGENTS
+    import agents
     from rlpar import parallel
     from rlpar.runner import mean_recent_return, run
 
     devices = parallel.select_devices(run_config.devices)
-    result = run(AGENTS["ppo"], config, run_config)
+    result = run(agents.ppo.SPEC, config, run_config)
     records = result.metrics
     train_s = sum(r["time_s"] for r in records)
     steps = records[-1]["env_steps"]

@@ -18,13 +18,15 @@ def _parse_int_tuple(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 64,64") from None
 
 
-def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str) -> None:
-    """One flag per field of ``cls``; the field's ``metadata["help"]`` becomes its help text."""
+def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str, base=None) -> None:
+    """One flag per field of ``cls``; the field's ``metadata["help"]`` becomes its help text, and the default shown
+    is ``base``'s value (an instance, e.g. an env's preset) or the field's own."""
     group = parser.add_argument_group(title)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         kind = hints[f.name]
-        help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
+        default = getattr(base, f.name) if base is not None else f.default
+        help_text = f"{f.metadata.get('help', '')} (default: {default!r})".replace("%", "%%")
         dest = f"{cls.__name__}.{f.name}"
         if kind is bool:
             group.add_argument(flag_name(f.name), dest=dest, action=argparse.BooleanOptionalAction,

@@ -1,8 +1,10 @@
-"""``python -m rlpar.evaluate RUN_DIR --episodes N [--seed S] [--gif FILE]``: score a run's final policy.
+"""``python -m rlpar.evaluate RUN_DIR --episodes N [--seed S] [--slot I] [--gif FILE]``: score a run's policy.
 
-Loads the newest complete checkpoint of ``RUN_DIR``, runs ``N`` episodes of the greedy policy (one environment
-each, in parallel on one device, until every episode has ended) and prints the mean and standard deviation of
-their undiscounted returns. ``--gif FILE`` also renders the first episode with gymnax's visualizer.
+Loads the newest complete checkpoint of ``RUN_DIR``, runs ``N`` episodes of the agent's greedy policy (its policy
+export, ``Agent.policy(state, deterministic=True)``: any agent, recurrent ones included; one environment each, in
+parallel on one device, until every episode has ended) and prints the mean and standard deviation of their
+undiscounted returns. A multi-seed or sweep run is evaluated slot by slot (``--slot I``: one of them).
+``--gif FILE`` also renders the first episode with gymnax's visualizer.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -22,6 +24,10 @@ GIF_ENVS = (
     "Asterix-MinAtar", "Breakout-MinAtar", "Freeway-MinAtar", "Seaquest-MinAtar", "SpaceInvaders-MinAtar",
     "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc",
 )
+
+
+# gymnax draws these through gymnasium, which needs pygame.
+_CLASSIC_CONTROL = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 
 
 class Evaluation(NamedTuple):
@@ -40,81 +46,87 @@ class Evaluation(NamedTuple):
 class Policy(NamedTuple):
     """A trained policy as read back from a run dir."""
 
-    act: Any  # (params, obs [N, ...], key or None) -> action [N, ...]; None = greedy
-    params: Any
+    fn: Callable  # (carry, obs [N, ...], key) -> (action [N, ...], carry): the agent's greedy policy export
+    initial_carry: Callable[[int], Any]  # num_envs -> carry [N, ...]
     env_id: str
     update: int  # the checkpoint's update number
+    slot: int  # which slot of a multi-seed / sweep run
 
 
-def load_policy(run_dir: str | Path, num_envs: int = 1) -> Policy:
-    """The parameters of ``run_dir``'s newest complete checkpoint and its agent's ``act`` for ``num_envs`` envs."""
-    import agents
-    import envs
-    from rlpar.checkpoint import CheckpointError, Checkpoints
-
-    meta = rundir.read_meta(run_dir)
-    if meta["run"].get("num_seeds", 1) != 1 or meta["run"].get("sweep"):
-        raise ValueError(f"{run_dir} trained several seeds or a sweep in one run (num_seeds="
-                         f"{meta['run'].get('num_seeds')}, sweep={meta['run'].get('sweep')!r}): evaluate supports "
-                         "runs of one seed only")
-    spec = agents.get(meta["agent"])
-    config = rundir.build_config(spec.config_cls, meta["config"])
-    checkpoints = Checkpoints(Path(run_dir) / rundir.CHECKPOINTS)
-    step = checkpoints.latest()
-    if step is None:
-        raise CheckpointError(f"no complete checkpoint in {checkpoints.directory}: nothing to evaluate")
-    state = checkpoints.restore(step).state
-    params = _first_row(state["params"])  # parameters are identical on every device; take device 0's copy
-    env, env_params = envs.make(meta["run"]["env"])
-    agent = spec.make(config, env, env_params, num_envs, None)
-    if not hasattr(agent, "act"):
-        raise ValueError(f"{run_dir} was trained with {meta['agent']!r}, which has no stateless act(): evaluate "
-                         "supports feed-forward agents (ppo) only")
-    act = agent.act
-    if getattr(config, "normalize_obs", False):  # the policy reads observations through the run's statistics
-        from agents.normalization import RunningStats
-
-        raw = _first_row(state["obs_stats"])
-        obs_stats = RunningStats(**raw) if isinstance(raw, dict) else raw
-        act = lambda params, obs, key=None: agent.act(params, obs, key, obs_stats=obs_stats)  # noqa: E731
-    return Policy(act, params, meta["run"]["env"], step)
+def num_slots(meta: dict) -> int:
+    return len(meta.get("slots", [])) or 1
 
 
-def _first_row(tree: Any) -> Any:
+def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy:
+    """The greedy policy of ``run_dir``'s newest complete checkpoint (slot ``slot`` of a multi-seed or sweep run)."""
     import jax
 
-    return jax.tree.map(lambda x: np.asarray(x)[0], tree)
+    from rlpar import checkpoint, parallel, registry, runner, seeds
+
+    meta = rundir.read_meta(run_dir)
+    if not 0 <= slot < num_slots(meta):
+        raise ValueError(f"slot={slot}: the run in {run_dir} has {num_slots(meta)} slot(s): "
+                         f"use 0..{num_slots(meta) - 1}")
+    spec = registry.get(meta["agent"])
+    config = rundir.build_config(spec.config_cls, meta["config"])
+    env, env_params = _make_env(meta)
+    slots = seeds.make_slots(meta["run"].get("num_seeds", 1), meta["run"].get("sweep", ""), spec.config_cls)
+    make = runner.make_program_factory(spec, config, slots, env, env_params, config.num_envs // meta["num_devices"])
+    devices = range(meta["num_devices"])  # only the count matters for the shapes
+    abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)))
+    checkpoints = checkpoint.Checkpoints(Path(run_dir) / rundir.CHECKPOINTS)
+    step = checkpoints.latest()
+    if step is None:
+        raise checkpoint.CheckpointError(f"no complete checkpoint in {checkpoints.directory}: nothing to evaluate")
+    template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
+    agent_state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state.agent)  # device 0
+    if slots.count > 1 or slots.field is not None:
+        agent_state = jax.tree.map(lambda x: x[slot], agent_state)
+        if slots.field is not None:
+            config = config.replace(**{slots.field: slots.values[slot]})
+    agent = spec.make(config, env, env_params, num_envs, None)
+    return Policy(agent.policy(agent_state, True), agent.initial_carry, meta["run"]["env"], step, slot)
 
 
-def make_episodes(act, env, env_params, num_episodes: int, max_steps: int):
-    """``episodes(params, key) -> (returns [N], lengths [N], done [N], (states, rewards) [T, N, ...])``: ``N``
-    greedy episodes stepped ``T = max_steps`` times in one ``lax.scan``; each env's first episode counts (later ones,
-    after the auto-reset, are ignored). ``states[t]`` is the state the action of step ``t`` was taken in."""
+def _make_env(meta: dict):
+    import envs
+
+    env_id = meta["run"]["env"]
+    if env_id.startswith("<instance"):
+        raise ValueError(f"the run trained on an environment instance ({env_id}), which a run dir cannot rebuild: "
+                         "evaluate it from Python, or train with an env id (envs.register)")
+    return envs.make(env_id)
+
+
+def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps: int):
+    """``episodes(key) -> (returns [N], lengths [N], done [N], (states, rewards) [T, N, ...])``: ``N`` greedy
+    episodes stepped ``T = max_steps`` times in one ``lax.scan``; each env's first episode counts (later ones, after
+    the auto-reset, are ignored). ``states[t]`` is the state the action of step ``t`` was taken in."""
     import jax
     import jax.numpy as jnp
 
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
-    def episodes(params, key):
+    def step(carry, _):
+        obs, state, agent_carry, key, done, ret, length = carry
+        key, key_act, key_step = jax.random.split(key, 3)
+        action, agent_carry = policy.fn(agent_carry, obs, key_act)
+        next_obs, next_state, reward, terminated, truncated, _ = step_envs(
+            jax.random.split(key_step, num_episodes), state, action, env_params
+        )
+        running = jnp.logical_not(done)
+        ret = ret + jnp.where(running, reward, 0.0)
+        length = length + running.astype(jnp.int32)
+        done = done | terminated | truncated
+        return (next_obs, next_state, agent_carry, key, done, ret, length), (state, reward)
+
+    def episodes(key):
         key, key_reset = jax.random.split(key)
         obs, state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key_reset, num_episodes), env_params)
-
-        def step(carry, _):
-            obs, state, key, done, ret, length = carry
-            key, key_step = jax.random.split(key)
-            action = act(params, obs, None)
-            next_obs, next_state, reward, terminated, truncated, _ = step_envs(
-                jax.random.split(key_step, num_episodes), state, action, env_params
-            )
-            running = jnp.logical_not(done)
-            ret = ret + jnp.where(running, reward, 0.0)
-            length = length + running.astype(jnp.int32)
-            done = done | terminated | truncated
-            return (next_obs, next_state, key, done, ret, length), (state, reward)
-
         zeros = jnp.zeros(num_episodes)
-        init = (obs, state, key, zeros.astype(bool), zeros, zeros.astype(jnp.int32))
-        (_, _, _, done, ret, length), trajectory = jax.lax.scan(step, init, None, length=max_steps)
+        init = (obs, state, policy.initial_carry(num_episodes), key, zeros.astype(bool), zeros,
+                zeros.astype(jnp.int32))
+        (*_, done, ret, length), trajectory = jax.lax.scan(step, init, None, length=max_steps)
         return ret, length, done, trajectory
 
     return jax.jit(episodes)
@@ -124,22 +136,56 @@ def _max_steps(env_params, default: int = 10_000) -> int:
     return int(getattr(env_params, "max_steps_in_episode", default))
 
 
-def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0) -> Evaluation:
+def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0) -> Evaluation:
     """Mean and spread of the greedy policy's return over ``episodes`` episodes (``ValueError`` for a bad run dir)."""
     import jax
 
-    import envs
-
     if not isinstance(episodes, int) or episodes <= 0:
         raise ValueError(f"episodes={episodes!r}: must be a positive integer")
-    policy = load_policy(run_dir, episodes)
-    env, env_params = envs.make(policy.env_id)
-    run = make_episodes(policy.act, env, env_params, episodes, _max_steps(env_params))
-    returns, lengths, done, _ = jax.device_get(run(policy.params, jax.random.PRNGKey(seed)))
+    policy = load_policy(run_dir, episodes, slot)
+    env, env_params = _make_env(rundir.read_meta(run_dir))
+    run = make_episodes(policy, env, env_params, episodes, _max_steps(env_params))
+    returns, lengths, done, _ = jax.device_get(run(jax.random.PRNGKey(seed)))
     if not np.all(done):
         raise RuntimeError(f"{int(np.sum(~done))} of {episodes} episodes did not end within "
                            f"{_max_steps(env_params)} steps")
     return Evaluation(np.asarray(returns), np.asarray(lengths))
+
+
+def check_gif(run_dir: str | Path, path: str | Path) -> None:
+    """Refuse a GIF that cannot be made, before anything runs: an env gymnax cannot draw, a missing package, a
+    directory that does not exist."""
+    import importlib.util
+
+    env_id = rundir.read_meta(run_dir)["run"]["env"]
+    if env_id not in GIF_ENVS:
+        raise ValueError(f"--gif: gymnax's visualizer cannot draw {env_id!r}; it draws {', '.join(GIF_ENVS)}")
+    needs = ("matplotlib", "pygame") if env_id in _CLASSIC_CONTROL else ("matplotlib",)
+    missing = [name for name in needs if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ValueError(f"--gif needs {' and '.join(missing)}: pip install -e \".[extras]\" "
+                         f"(or pip install {' '.join(missing)})")
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise ValueError(f"--gif {str(path)!r}: the directory {str(folder)!r} does not exist; create it or give "
+                         "another path")
+
+
+def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None, slot: int = 0,
+              on_frame: Callable[[int, int], None] | None = None) -> int:
+    """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
+    visualizer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of ``n`` is drawn."""
+    import jax
+
+    check_gif(run_dir, path)
+    policy = load_policy(run_dir, 1, slot)
+    env, env_params = _make_env(rundir.read_meta(run_dir))
+    run = make_episodes(policy, env, env_params, 1, _max_steps(env_params))
+    _, lengths, _, (states, rewards) = jax.device_get(run(jax.random.PRNGKey(seed)))
+    frames = int(lengths[0]) if max_frames is None else min(int(lengths[0]), max_frames)
+    gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], states)) for t in range(frames)]
+    _animate(env.unwrapped, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)
+    return frames
 
 
 def _unwrap_state(state: Any) -> Any:
@@ -149,28 +195,7 @@ def _unwrap_state(state: Any) -> Any:
     return state
 
 
-def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None) -> int:
-    """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
-    visualizer; returns the frame count."""
-    import jax
-
-    import envs
-
-    meta = rundir.read_meta(run_dir)
-    env_id = meta["run"]["env"]
-    if env_id not in GIF_ENVS:
-        raise ValueError(f"--gif: gymnax's visualizer cannot draw {env_id!r}; it draws {', '.join(GIF_ENVS)}")
-    policy = load_policy(run_dir, 1)
-    env, env_params = envs.make(env_id)
-    run = make_episodes(policy.act, env, env_params, 1, _max_steps(env_params))
-    _, lengths, _, (states, rewards) = jax.device_get(run(policy.params, jax.random.PRNGKey(seed)))
-    frames = int(lengths[0]) if max_frames is None else min(int(lengths[0]), max_frames)
-    gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], states)) for t in range(frames)]
-    _animate(env.unwrapped, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path)
-    return frames
-
-
-def _animate(env, env_params, states: list, cumulative_rewards, path) -> None:
+def _animate(env, env_params, states: list, cumulative_rewards, path, on_frame) -> None:
     import os
 
     import matplotlib
@@ -180,12 +205,22 @@ def _animate(env, env_params, states: list, cumulative_rewards, path) -> None:
     for name in ("SDL_VIDEODRIVER", "SDL_AUDIODRIVER"):
         os.environ.setdefault(name, "dummy")
     os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
+    import matplotlib.pyplot as plt
     from gymnax.visualize import Visualizer
+    from matplotlib import animation
 
-    try:
-        Visualizer(env, env_params, states, cumulative_rewards).animate(str(path))
-    except ModuleNotFoundError as err:  # classic-control frames are drawn by gymnasium, which needs pygame
-        raise RuntimeError(f"--gif for {env.name} needs {err.name}: pip install {err.name}") from None
+    vis = Visualizer(env, env_params, states, cumulative_rewards)
+    try:  # gymnax's own animate() without its save, so that the frames can report progress
+        movie = animation.FuncAnimation(vis.fig, vis.update, frames=len(states), init_func=vis.init, blit=False,
+                                        interval=vis.interval)
+        movie.save(str(path), writer=animation.PillowWriter(fps=1000 // vis.interval), progress_callback=on_frame)
+    finally:
+        plt.close(vis.fig)
+
+
+def _frame_progress(i: int, n: int) -> None:
+    if (i + 1) % 50 == 0 or i + 1 == n:
+        print(f"  rendered {i + 1}/{n} frames", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,20 +229,33 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run dir with a checkpoint (python -m rlpar.train ... --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default: 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the environments' resets (default: 0)")
-    parser.add_argument("--gif", metavar="FILE", help="also render the first episode to this GIF")
+    parser.add_argument("--slot", type=int, default=None, metavar="I",
+                        help="evaluate only slot I of a multi-seed / sweep run (default: every slot)")
+    parser.add_argument("--gif", metavar="FILE", help="also render the first episode (of the first slot) to this GIF")
     args = parser.parse_args(argv)
     try:
-        result = evaluate(args.run_dir, args.episodes, args.seed)
-        print(f"{args.run_dir}: greedy policy, {args.episodes} episodes: return {result.mean:.2f} +- {result.std:.2f} "
-              f"(min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
-              f"mean length {result.lengths.mean():.1f}")
         if args.gif:
-            frames = write_gif(args.run_dir, args.gif, args.seed)
+            check_gif(args.run_dir, args.gif)  # before the episodes run
+        meta = rundir.read_meta(args.run_dir)
+        for slot in ([args.slot] if args.slot is not None else range(num_slots(meta))):
+            result = evaluate(args.run_dir, args.episodes, args.seed, slot)
+            label = f" slot {slot} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
+            print(f"{args.run_dir}{label}: greedy policy, {args.episodes} episodes: return {result.mean:.2f} +- "
+                  f"{result.std:.2f} (min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
+                  f"mean length {result.lengths.mean():.1f}", flush=True)
+        if args.gif:
+            print(f"rendering {args.gif} ...", file=sys.stderr, flush=True)
+            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, on_frame=_frame_progress)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _slot_label(meta: dict, slot: int) -> str:
+    described = meta["slots"][slot]
+    return ", ".join(f"{k}={v}" for k, v in described.items() if k != "slot")
 
 
 if __name__ == "__main__":

@@ -31,15 +31,16 @@ def with_finite_flag(update: Callable[[Any], tuple[Any, dict]],
                      axis_name: str | None = None) -> Callable[[Any], tuple[Any, dict]]:
     """Wrap a per-device ``update(state) -> (state, metrics)`` to add ``metrics[FINITE_KEY]``.
 
-    The flag covers the new ``state.params`` and every metric. Both are identical on every device (parameters are
-    updated with averaged gradients, metrics are reduced over the device axis), so the flag is too; it is still
+    The flag covers the new agent state (``state.agent``: parameters, optimizer state, statistics) and every metric.
+    Both are identical on every device (parameters are updated with averaged gradients, metrics are reduced over the
+    device axis), so the flag is too; it is still
     reduced over ``axis_name`` (one scalar all-reduce per update), because each device holds its own copy of the
     parameters and the shard_map backend only accepts metrics that are provably the same on every device.
     """
 
     def update_checked(state):
         state, metrics = update(state)
-        finite = jnp.logical_and(all_finite(state.params), all_finite(metrics))
+        finite = jnp.logical_and(all_finite(state.agent), all_finite(metrics))
         if axis_name is not None:  # finite on every device
             finite = jax.lax.psum(jnp.logical_not(finite).astype(jnp.int32), axis_name) == 0
         return state, {**metrics, FINITE_KEY: finite}

@@ -20,6 +20,7 @@ indexing a global array.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Sequence
 
 import jax
@@ -87,14 +88,34 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+MAX_CPU_DEVICES = max(8, os.cpu_count() or 1)  # see request_cpu_devices
+
+
+def backends_started() -> bool:
+    """Whether JAX has started its backends in this process (after which the CPU device count is fixed)."""
+    from jax._src import xla_bridge
+
+    return bool(getattr(xla_bridge, "_backends", None))
+
+
 def request_cpu_devices(n: int) -> None:
     """Ask XLA for ``n`` CPU devices. Call before the first JAX computation; on CPU-only hosts this is what lets
-    ``--devices N`` split the host into N devices. Harmless where an accelerator is the default backend."""
-    if n > 1:
-        try:
-            jax.config.update("jax_num_cpu_devices", n)
-        except RuntimeError:
-            pass  # backends already started (e.g. inside a test process); select_devices() reports a shortfall
+    ``--devices N`` split the host into N devices. Harmless where an accelerator is the default backend.
+
+    At most ``MAX_CPU_DEVICES`` (8, or the core count if larger): a CPU device is a thread, and more of them than
+    cores only share the cores, which is useful to test multi-device code but never faster. Once JAX's backends
+    have started the count is fixed; ``select_devices`` then says what to do if it is too small."""
+    if not isinstance(n, int) or n <= 1 or backends_started():
+        return
+    _check_cpu_bound(n)
+    jax.config.update("jax_num_cpu_devices", n)
+
+
+def _check_cpu_bound(n: int) -> None:
+    if n > MAX_CPU_DEVICES:
+        raise ValueError(f"devices={n}: at most {MAX_CPU_DEVICES} CPU devices on this host (8, or one per core if "
+                         f"it has more than 8 cores: CPU devices are threads sharing {os.cpu_count()} cores, so more "
+                         f"only time-slice the same cores); use 1..{MAX_CPU_DEVICES}")
 
 
 def select_devices(num_devices: int | None = None) -> list:
@@ -111,6 +132,14 @@ def select_devices(num_devices: int | None = None) -> list:
         raise ValueError(f"devices={num_devices!r}: must be a positive integer, or 0 for all local devices")
     if num_devices > len(available):
         kind = available[0].platform
+        if kind == "cpu":
+            _check_cpu_bound(num_devices)
+            raise ValueError(
+                f"devices={num_devices}: JAX's CPU backend already started in this process with {len(available)} "
+                "device(s), and the count is fixed once it starts: ask first, before any JAX work (train(..., "
+                f"devices={num_devices}) as the first JAX call, or rlpar.parallel.request_cpu_devices({num_devices}) "
+                f"at the top of the script, or JAX_NUM_CPU_DEVICES={num_devices} in the environment)"
+            )
         raise ValueError(
             f"devices={num_devices}: this host has only {len(available)} {kind} device(s) ({available}); "
             f"use 1..{len(available)}"

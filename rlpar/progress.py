@@ -9,7 +9,16 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from rlpar.runner import format_record
+
+
+def format_record(record: dict, num_updates: int) -> str:
+    ret = record["episode_return"]
+    ret_s = f"{ret:9.2f}" if ret is not None else "      n/a"
+    return (
+        f"update {record['update']:>6}/{num_updates}  steps {record['env_steps']:>11,}  "
+        f"sps {record['sps']:>10,.0f}  return {ret_s}  "
+        f"loss {record.get('loss/total', float('nan')):8.4f}"
+    )
 
 
 def format_eta(seconds: float | None) -> str:
@@ -95,6 +104,36 @@ class ProgressDisplay:
         else:
             print(f"{format_record(record, self.num_updates)}  eta {eta}", file=self.stream, flush=True)
 
+    def compiling(self) -> None:
+        print("compiling the update program...", file=self.stream, flush=True)
+
+    def compiled(self, seconds: float) -> None:
+        print(f"compiled in {seconds:.1f}s", file=self.stream, flush=True)
+
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+
+def _pooled_return(records: list[dict], slot: int | None = None, last: int = 5) -> float | None:
+    """Mean episode return over the last ``last`` chunks that finished an episode (weighted by episodes), of one
+    slot's stats (``record["slots"][slot]``) or of the pooled ones."""
+    stats = [r if slot is None else r["slots"][slot] for r in records]
+    recent = [s for s in stats if s["episode_return"] is not None][-last:]
+    episodes = sum(s["episodes"] for s in recent)
+    return sum(s["episode_return"] * s["episodes"] for s in recent) / episodes if episodes else None
+
+
+def recent_returns(records: list[dict], slots) -> str:
+    """The recent mean return as text: one number, or one per swept value (``lr=0.001: 123.45, ...``), never a
+    pool of different hyperparameters. ``slots`` is the run's ``rlpar.seeds.Slots``."""
+    if slots.field is None or not records or "slots" not in records[-1]:
+        value = _pooled_return(records)
+        return f"{value:.2f}" if value is not None else "n/a"
+    parts = []
+    for value in dict.fromkeys(slots.values):
+        returns = [_pooled_return(records, i) for i, v in enumerate(slots.values) if v == value]
+        returns = [r for r in returns if r is not None]
+        mean = f"{sum(returns) / len(returns):.2f}" if returns else "n/a"
+        parts.append(f"{slots.field}={value:g}: {mean}")
+    return ", ".join(parts)

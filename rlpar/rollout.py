@@ -1,7 +1,9 @@
 """The per-device experience collector: ``jax.vmap`` over environments inside ``jax.lax.scan`` over time.
 
-Pure and device-agnostic: it knows nothing about how many devices exist. ``B`` below is the number of environments
-on this device.
+Pure, device-agnostic and agent-agnostic: it knows neither how many devices exist nor which agent it serves. It
+records what every agent needs (observation, action, reward, terminated, truncated, episode statistics), the
+``extras`` pytree the agent's ``act`` returns, and, for agents that bootstrap truncated episodes, the agent's
+``bootstrap`` of each truncated step's final observation. ``B`` below is the number of environments on this device.
 """
 
 from __future__ import annotations
@@ -12,26 +14,26 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from rlpar.collectives import psum
+
 
 class Transition(NamedTuple):
     """One time-major batch of experience; every leaf is ``[T, B, ...]``.
 
-    ``terminated`` and ``truncated`` stay apart: a terminated step has no future, a truncated one (time limit) does,
-    and ``final_value`` holds the critic's value of ``info["final_observation"]`` for those steps (0 elsewhere), so
-    advantage estimation can bootstrap from it.
+    ``terminated`` and ``truncated`` stay apart: a terminated step has no future; a truncated one (time limit) does,
+    and ``final`` holds the agent's ``bootstrap`` of the observation that episode was cut at, for those steps.
     """
 
     obs: jax.Array  # [T, B, *obs_shape] observation the action was chosen from
     action: jax.Array  # [T, B, *action_shape]
-    log_prob: jax.Array  # [T, B] log pi(action | obs) under the acting params
-    value: jax.Array  # [T, B] critic value of obs under the acting params
-    reward: jax.Array  # [T, B]
+    reward: jax.Array  # [T, B] float32
     terminated: jax.Array  # [T, B] bool, the episode reached a terminal state
     truncated: jax.Array  # [T, B] bool, the episode was cut by a time limit (and did not terminate)
-    final_value: jax.Array  # [T, B] V(final_observation) where truncated, else 0
+    final: Any  # pytree [T, B, ...]: bootstrap(final observation) where truncated, zeros elsewhere; () without one
     episode_return: jax.Array  # [T, B] undiscounted return of the episode so far (final where episode_done)
     episode_length: jax.Array  # [T, B] steps of the episode so far (final where episode_done)
     episode_done: jax.Array  # [T, B] bool, this step ended an episode
+    extras: Any  # pytree [T, B, ...] the agent's act returned (PPO: log-prob and value)
 
 
 @struct.dataclass
@@ -40,116 +42,160 @@ class RolloutState:
 
     env_state: Any  # batched env state, leaves [B, ...]
     obs: jax.Array  # [B, *obs_shape] current observation
+    carry: Any  # the agent's per-env recurrent state [B, ...] (() for feed-forward agents)
     key: jax.Array  # PRNG key for acting and env steps
 
 
-PolicyFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, jax.Array, jax.Array]]
-ValueFn = Callable[[Any, jax.Array], jax.Array]
+class Experience(NamedTuple):
+    """What ``agent.learn`` receives from one collect."""
+
+    traj: Transition  # [T, B, ...]
+    start: RolloutState  # the collector's state before the collect (e.g. the carry the sequences start from)
+    end: RolloutState  # and after it: ``end.obs`` is the observation to bootstrap the last step from
 
 
-def reset(env, env_params, key: jax.Array, num_envs: int) -> RolloutState:
-    """Reset ``num_envs`` environments with independent keys."""
+ActFn = Callable[[Any, Any, jax.Array, jax.Array], tuple[jax.Array, Any, Any]]
+BootstrapFn = Callable[[Any, Any, jax.Array], Any]
+
+
+def reset(env, env_params, key: jax.Array, num_envs: int, carry: Any = ()) -> RolloutState:
+    """Reset ``num_envs`` environments with independent keys; ``carry`` is the agent's initial carry ``[B, ...]``."""
     key, key_reset = jax.random.split(key)
     obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key_reset, num_envs), env_params)
-    return RolloutState(env_state=env_state, obs=obs, key=key)
+    return RolloutState(env_state=env_state, obs=obs, carry=carry, key=key)
+
+
+def episode_metrics(traj: Transition, axis_name: str | None) -> dict:
+    """Counts and sums over the episodes that ended in ``traj``, summed over devices (the host divides)."""
+    done = traj.episode_done.astype(jnp.float32)
+    return psum(
+        {
+            "episode/count": jnp.sum(done),
+            "episode/return_sum": jnp.sum(done * traj.episode_return),
+            "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
+        },
+        axis_name,
+    )
+
+
+def _rows(mask: jax.Array, x: jax.Array) -> jax.Array:
+    """``mask`` (``[B]`` or ``[T, B]``) broadcast against ``x`` (``[B, ...]`` or ``[T, B, ...]``)."""
+    return mask.reshape(mask.shape + (1,) * (len(x.shape) - mask.ndim))
+
+
+def _select(mask: jax.Array, on_true: Any, on_false: Any) -> Any:
+    """Per environment, ``on_true`` where ``mask [B]`` else ``on_false`` (pytrees of ``[B, ...]`` leaves)."""
+    return jax.tree.map(lambda a, b: jnp.where(_rows(mask, a), a, b), on_true, on_false)
 
 
 class _Pending(NamedTuple):
-    """Per environment, the last truncated step's final observation not yet valued (carried through the scan)."""
+    """Per environment, the last truncated step's final observation (and carry) not yet bootstrapped."""
 
     obs: jax.Array  # [B, *obs_shape]
+    carry: Any  # [B, ...] the agent's carry after that step
     held: jax.Array  # [B] bool: obs holds a truncated step's final observation
     spilled: jax.Array  # bool scalar: some environment was truncated twice in this collect (see make_collector)
 
 
-def make_collector(env, env_params, policy_fn: PolicyFn, value_fn: ValueFn, num_steps: int):
-    """Build ``collect(params, rollout_state) -> (rollout_state, Transition [num_steps, B])``.
+def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap: BootstrapFn | None = None,
+                   initial_carry: Callable[[int], Any] | None = None):
+    """Build ``collect(agent_state, rollout_state) -> (rollout_state, Transition [num_steps, B])``.
 
     Args:
       env, env_params: a gymnax 1.0 environment (six-value, auto-resetting ``step``), e.g. from ``envs.make``.
-      policy_fn: ``(params, obs [B, ...], key) -> (action [B, ...], log_prob [B], value [B])``.
-      value_fn: ``(params, obs [B, ...]) -> value [B]``; the critic at ``info["final_observation"]`` of the truncated
-        steps, which gives ``final_value``.
+      act_fn: ``(agent_state, carry, obs [B, ...], key) -> (action [B, ...], carry, extras)`` (``Agent.act``).
       num_steps: ``T``, environment steps per collect call.
+      bootstrap: ``Agent.bootstrap`` or ``None``: ``(agent_state, carry, final_obs [B, ...]) -> pytree [B, ...]``.
+      initial_carry: ``Agent.initial_carry``; where an episode ends the carry is reset to ``initial_carry(B)``.
 
-    ``final_value`` without keeping every step's final observation: the scan carries, per environment, the final
-    observation of its latest truncated step (``[B, ...]``), and one batched ``value_fn`` call after the scan values
-    them all. Keeping ``[T, B, ...]`` final observations instead cost about 10% of the collector's time at 1024 and
-    more environments (``benchmarks/README.md``). An environment can be truncated twice in one collect only when
-    ``num_steps`` exceeds its time limit; then the earlier observation is valued on the spot (under ``lax.cond``,
-    so the usual step pays only for a select) and moved to its step by ``_place_spilled`` after the scan. (Under
-    ``vmap``, e.g. several seeds at once, ``lax.cond`` becomes a select and that valuation runs every step, as the
-    every-row valuation of earlier versions did.)
+    ``final`` without keeping every step's final observation: the scan carries, per environment, the final
+    observation (and carry) of its latest truncated step, and one batched ``bootstrap`` call after the scan serves
+    them all (storing ``[T, B, ...]`` final observations instead costs about 10% of the collector's time at 1024
+    envs and more; ``benchmarks/README.md``). An environment is truncated twice in one collect only when
+    ``num_steps`` exceeds its time limit; then the earlier one is bootstrapped on the spot (under ``lax.cond``, so
+    the usual step pays only for a select) and ``_place_spilled`` moves it to its step after the scan.
     """
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    initial_carry = initial_carry or (lambda n: ())
 
-    def env_step(carry: tuple[RolloutState, _Pending], params, keys_t: jax.Array):
+    def env_step(agent_state, carry: tuple[RolloutState, _Pending], keys_t: jax.Array):
         # keys_t [1 + B]: the acting key, then one key per environment
         state, pending = carry
-        action, log_prob, value = policy_fn(params, state.obs, keys_t[0])
+        action, agent_carry, extras = act_fn(agent_state, state.carry, state.obs, keys_t[0])
         obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], state.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
-        again = jnp.logical_and(truncated, pending.held)  # a second truncation: value the held one now
+        done = jnp.logical_or(terminated, truncated)
+        final, pending = _hold_final(agent_state, pending, truncated, info["final_observation"], agent_carry)
+        transition = Transition(
+            obs=state.obs, action=action, reward=reward.astype(jnp.float32), terminated=terminated,
+            truncated=truncated, final=final, episode_return=info["episode_return"],
+            episode_length=info["episode_length"], episode_done=info["episode_done"], extras=extras,
+        )
+        # Where an episode ended the next observation starts a new one, and so does the agent's carry. Selecting
+        # with the (per-device) done flags also keeps the carry's type per device under shard_map when an act_fn
+        # returns a constant carry.
+        agent_carry = _select(done, initial_carry(done.shape[0]), agent_carry)
+        return (state.replace(env_state=env_state, obs=obs, carry=agent_carry), pending), transition
+
+    def _hold_final(agent_state, pending: _Pending, truncated, final_obs, agent_carry):
+        """Hold this step's final observations; bootstrap the held ones now where an env is truncated again."""
+        if bootstrap is None:
+            return (), pending
+        again = jnp.logical_and(truncated, pending.held)
+        shapes = jax.eval_shape(bootstrap, agent_state, pending.carry, pending.obs)
+        # Both branches select with ``again`` (per device), so they have the same types under shard_map even when
+        # the bootstrap is a constant.
+        zeros = lambda: jax.tree.map(lambda s: jnp.where(_rows(again, s), 0, jnp.zeros(s.shape, s.dtype)), shapes)
         spill = jax.lax.cond(
             jnp.any(again),
-            lambda: jnp.where(again, value_fn(params, pending.obs), 0.0).astype(value.dtype),
-            lambda: jnp.zeros_like(value),
+            lambda: _select(again, bootstrap(agent_state, pending.carry, pending.obs), zeros()),
+            zeros,
         )
-        rows = truncated.reshape(truncated.shape + (1,) * (obs.ndim - 1))
         pending = _Pending(
-            obs=jnp.where(rows, info["final_observation"], pending.obs),
+            obs=_select(truncated, final_obs, pending.obs),
+            carry=_select(truncated, agent_carry, pending.carry),
             held=jnp.logical_or(pending.held, truncated),
             spilled=jnp.logical_or(pending.spilled, jnp.any(again)),
         )
-        transition = Transition(
-            obs=state.obs,
-            action=action,
-            log_prob=log_prob,
-            value=value,
-            reward=reward.astype(jnp.float32),
-            terminated=terminated,
-            truncated=truncated,
-            final_value=spill,  # only spilled values here; the final values are placed after the scan
-            episode_return=info["episode_return"],
-            episode_length=info["episode_length"],
-            episode_done=info["episode_done"],
-        )
-        return (state.replace(env_state=env_state, obs=obs), pending), transition
+        return spill, pending
 
-    def collect(params, state: RolloutState) -> tuple[RolloutState, Transition]:
+    def collect(agent_state, state: RolloutState) -> tuple[RolloutState, Transition]:
         key_next, key_steps = jax.random.split(state.key)
         # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU each
-        # threefry call is a loop of its own, and this took a quarter or more off the collector's time.
+        # threefry call is a loop of its own (benchmarks/README.md).
         num_envs = state.obs.shape[0]
         keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
         keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
-        # Built with zeros_like(state.obs) so that under shard_map the initial carry varies over the device axis, as
-        # the scan's output does (zeros_like keeps its argument's varying type while jax_auto_pcast is on, the
-        # default in JAX 0.10; test_backends runs this under shard_map).
+        # zeros_like(state.obs) keeps the per-device type of the observations under shard_map, as the scan's
+        # outputs have it (jax_auto_pcast, the default in JAX 0.10; test_backends runs this under shard_map).
         held = jnp.zeros_like(state.obs, bool).reshape(num_envs, -1).any(axis=1)
-        pending = _Pending(jnp.zeros_like(state.obs), held, held.any())
-        (state, pending), traj = jax.lax.scan(lambda c, k: env_step(c, params, k), (state, pending), keys)
-        last = value_fn(params, pending.obs)  # [B]; rows that hold nothing are masked out below
-        final_value = jax.lax.cond(
-            pending.spilled,
-            lambda: _place_spilled(traj.final_value, traj.truncated, last),
-            lambda: jnp.where(traj.truncated, last[None, :], 0.0).astype(traj.value.dtype),
-        )
-        return state.replace(key=key_next), traj._replace(final_value=final_value)
+        pending = _Pending(jnp.zeros_like(state.obs), state.carry, held, held.any())
+        (state, pending), traj = jax.lax.scan(lambda c, k: env_step(agent_state, c, k), (state, pending), keys)
+        if bootstrap is not None:
+            traj = traj._replace(final=_finals(agent_state, pending, traj))
+        return state.replace(key=key_next), traj
+
+    def _finals(agent_state, pending: _Pending, traj: Transition):
+        last = bootstrap(agent_state, pending.carry, pending.obs)  # [B, ...]; rows holding nothing are masked below
+        placed = lambda: jax.tree.map(lambda s, l: _place_spilled(s, traj.truncated, l), traj.final, last)
+        plain = lambda: jax.tree.map(
+            lambda s, l: jnp.where(_rows(traj.truncated, s), l[None], 0).astype(s.dtype), traj.final, last)
+        return jax.lax.cond(pending.spilled, placed, plain)
 
     return collect
 
 
 def _place_spilled(spilled: jax.Array, truncated: jax.Array, last: jax.Array) -> jax.Array:
-    """``final_value [T, B]`` when environments were truncated more than once in a collect.
+    """``final [T, B, ...]`` when environments were truncated more than once in a collect.
 
-    ``spilled[t, b]`` holds the value of environment ``b``'s previous truncated step, emitted at its next one ``t``;
-    ``last[b]`` the value of its last. A reverse scan hands each value back to the truncated step it belongs to.
+    ``spilled[t, b]`` holds the bootstrap of environment ``b``'s previous truncated step, emitted at its next one
+    ``t``; ``last[b]`` that of its last. A reverse scan hands each value back to the truncated step it belongs to.
     """
 
     def back(value_next, inputs):
         spilled_t, truncated_t = inputs
-        return jnp.where(truncated_t, spilled_t, value_next), jnp.where(truncated_t, value_next, 0.0)
+        mask = _rows(truncated_t, spilled_t)
+        return jnp.where(mask, spilled_t, value_next), jnp.where(mask, value_next, 0).astype(spilled_t.dtype)
 
-    _, final_value = jax.lax.scan(back, last.astype(spilled.dtype), (spilled, truncated), reverse=True)
-    return final_value
+    _, final = jax.lax.scan(back, last.astype(spilled.dtype), (spilled, truncated), reverse=True)
+    return final

@@ -17,6 +17,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+# config.json's format; 2: agent-agnostic engine (checkpoints hold TrainState(agent, rollout)).
+FORMAT_VERSION = 2
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
@@ -34,7 +36,7 @@ def json_default(x):
     raise TypeError(type(x))
 
 
-def make_meta(agent_name: str, config, run_config, devices: list, format_version: int) -> dict:
+def make_meta(agent_name: str, config, run_config, devices: list, format_version: int = FORMAT_VERSION) -> dict:
     """The contents of ``config.json``: everything needed to rebuild the run, plus where it ran."""
     import jax
 
@@ -57,8 +59,6 @@ def write_meta(run_dir: Path, meta: dict) -> None:
 
 def read_meta(run_dir: str | Path) -> dict:
     """``RUN_DIR/config.json``, checked to be of this rlpar's format; ``ValueError`` saying what is wrong."""
-    from rlpar.runner import RUN_FORMAT_VERSION
-
     path = Path(run_dir) / CONFIG
     if not Path(run_dir).is_dir():
         raise ValueError(f"run dir {str(run_dir)!r} does not exist: give the --run-dir of an earlier run")
@@ -69,9 +69,9 @@ def read_meta(run_dir: str | Path) -> dict:
     except (OSError, json.JSONDecodeError) as err:
         raise ValueError(f"{path} is not readable JSON ({err})") from None
     version = meta.get("format_version") if isinstance(meta, dict) else None
-    if version != RUN_FORMAT_VERSION:
+    if version != FORMAT_VERSION:
         raise ValueError(
-            f"{path} has format_version={version!r}; this rlpar reads format_version {RUN_FORMAT_VERSION} only: "
+            f"{path} has format_version={version!r}; this rlpar reads format_version {FORMAT_VERSION} only: "
             "use the rlpar version that wrote it, or start a new run"
         )
     return meta

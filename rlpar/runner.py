@@ -1,11 +1,12 @@
 """The host loop: validate, build the mapped program, compile once, run chunks of updates, log between them.
 
 Between calls the host only reads small per-update metrics; environments, acting and learning stay on the devices.
+``run`` goes through named phases: ``_prepare`` (check everything, before any compile), ``_open_run_dir``
+(checkpoints, the restored state, the logger), ``_compile``, ``_train`` (chunks, logs, checkpoints).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,10 +16,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, guard, logs, parallel, rundir, seeds
+from rlpar import checkpoint, guard, logs, parallel, program, rundir, seeds
+from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
-
-RUN_FORMAT_VERSION = 1
 
 
 def _f(default, help: str):  # noqa: A002
@@ -29,16 +29,18 @@ def _f(default, help: str):  # noqa: A002
 class RunConfig:
     """Where and how a run executes (not what it learns). Each field is a CLI flag too."""
 
-    env: str = _f("CartPole-v1", "environment id (gymnax id or probe id)")
-    devices: int = _f(0, "local devices to use; 0 = all. On a CPU-only host the CLI creates this many CPU devices")
-    run_dir: str = _f("", "directory for config.json and metrics.jsonl; empty = write nothing")
+    env: str = _f("CartPole-v1", "environment id: a gymnax id, a probe id, an id added with envs.register, or "
+                                 "package.module:factory")
+    devices: int = _f(0, "local devices to use; 0 = all local devices (on a CPU-only host that is 1). On a "
+                         "CPU-only host N > 1 creates N CPU devices (at most max(8, cores))")
+    run_dir: str = _f("", "directory for config.json, metrics.jsonl and checkpoints; empty = write nothing")
     log_every: int = _f(10, "updates per compiled call; one log line and metrics.jsonl record per call")
     checkpoint_every: int = _f(100, "with --run-dir: save a checkpoint after the chunk that reaches each multiple "
                                     "of this many updates, and at the end; 0 = no checkpoints")
     tensorboard: bool = _f(False, "with --run-dir: also write TensorBoard event files to RUN_DIR/tensorboard")
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
-    sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: " + ", ".join(seeds.SWEEPABLE)
-                        + "); runs num_seeds x values slots")
+    sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
+                        "sweepable, e.g. lr); runs num_seeds x values slots")
     backend: str = _f("pmap", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a 1-D device mesh)")
     # Multi-process runs (see README "Past one machine"); every process gets the same flags except process_id.
     coordinator: str = _f("", "multi-process: HOST:PORT of process 0's coordinator; 'auto' = read the cluster's "
@@ -50,53 +52,253 @@ class RunConfig:
                                        "and the others exit with an error")
 
     def validate(self) -> "RunConfig":
-        if not isinstance(self.devices, int) or self.devices < 0:
-            raise ValueError(f"devices={self.devices!r}: must be a positive integer, or 0 for all local devices")
-        if not isinstance(self.log_every, int) or self.log_every <= 0:
-            raise ValueError(f"log_every={self.log_every!r}: must be a positive integer")
-        if not isinstance(self.checkpoint_every, int) or isinstance(self.checkpoint_every, bool) \
-                or self.checkpoint_every < 0:
-            raise ValueError(f"checkpoint_every={self.checkpoint_every!r}: must be a positive integer "
-                             "(updates between checkpoints), or 0 for no checkpoints")
-        seeds.make_slots(self.num_seeds, self.sweep)  # raises ValueError naming a bad num_seeds or sweep
-        if self.backend not in parallel.BACKENDS:
-            raise ValueError(f"backend={self.backend!r}: must be one of {', '.join(parallel.BACKENDS)}")
-        for name in ("num_processes", "init_timeout_s", "heartbeat_timeout_s"):
+        for name in ("devices", "checkpoint_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{name}={value!r}: must be a positive integer, or 0 (see --help)")
+        for name in ("log_every", "num_processes", "init_timeout_s", "heartbeat_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
+        seeds.make_slots(self.num_seeds, self.sweep)  # raises ValueError naming a bad num_seeds or sweep syntax
+        if self.backend not in parallel.BACKENDS:
+            raise ValueError(f"backend={self.backend!r}: must be one of {', '.join(parallel.BACKENDS)}")
         if not isinstance(self.process_id, int) or not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id={self.process_id!r}: must be in 0..{self.num_processes - 1} "
                              f"(num_processes={self.num_processes})")
         if self.num_processes > 1 and not self.coordinator:
             raise ValueError(f"num_processes={self.num_processes} needs --coordinator HOST:PORT (or auto)")
+        _check_run_dir_options(self)
         return self
 
 
-class AgentSpec(NamedTuple):
-    """What the runner needs from an agent family."""
+def _check_run_dir_options(run_config: RunConfig) -> None:
+    """A run dir that is a file, or TensorBoard without its package: refused before anything runs."""
+    if run_config.run_dir and Path(run_config.run_dir).exists() and not Path(run_config.run_dir).is_dir():
+        raise ValueError(f"run_dir={run_config.run_dir!r} is a file, not a directory: give a directory path "
+                         "(it is created if missing)")
+    if run_config.tensorboard:
+        import importlib.util
 
-    name: str
-    config_cls: type
-    # make(config, env, env_params, num_local_envs, axis_name) -> object with .init(key_params, key_device) and
-    # .update(state) -> (state, metrics)
-    make: Callable[..., Any]
+        if importlib.util.find_spec("tensorboardX") is None:
+            raise ValueError("--tensorboard needs the tensorboardX package: pip install -e \".[extras]\" "
+                             "(or pip install tensorboardX)")
 
 
 class TrainResult(NamedTuple):
-    params: Any  # final parameters (host numpy pytree; identical on every device)
-    metrics: list[dict]  # one dict per logged chunk of updates, as in metrics.jsonl
-    state: Any  # final per-device training state (on the devices)
+    params: Any  # final parameters, device 0's copy as host numpy (identical on every device); [S, ...] with slots
+    metrics: list[dict]  # one dict per logged chunk of updates, as in metrics.jsonl (plus timing)
+    state: program.TrainState  # final per-device training state (on the devices), every leaf [D, ...]
     compile_s: float  # seconds spent compiling the update program
+
+
+class Interrupted(Exception):
+    """Ctrl-C during training: the run stopped at ``update``; ``checkpoint`` is the newest one saved (or None)."""
+
+    def __init__(self, update: int, checkpoint_update: int | None, run_dir: str):
+        super().__init__(f"interrupted at update {update}")
+        self.update, self.checkpoint_update, self.run_dir = update, checkpoint_update, run_dir
+
+
+class Hooks(NamedTuple):
+    """What the host loop reports while it runs (all optional): the CLI's progress display listens."""
+
+    on_log: Callable[[dict], None] | None = None  # each chunk's record
+    on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
+    # ("resumed", {"update", "checkpoint"})
+
+
+class _Prepared(NamedTuple):
+    """Everything ``_prepare`` checked and built, before anything compiles."""
+
+    devices: list
+    slots: seeds.Slots
+    env: Any
+    env_params: Any
+    make_program: Callable[[str | None], program.Program]  # axis_name -> this run's per-device program
+    meta: dict
+
+
+def train(spec: AgentSpec, config, env="CartPole-v1", *, on_log=None, **run_options) -> TrainResult:
+    """``run`` for Python users: ``env`` is an id or a gymnax-API env instance (or ``(env, env_params)``);
+    ``run_options`` are ``RunConfig`` fields (``devices``, ``run_dir``, ``log_every``, ``num_seeds``, ...)."""
+    env_id = env if isinstance(env, str) else _instance_name(env)
+    run_config = RunConfig(env=env_id, **run_options)
+    return run(spec, config, run_config, hooks=Hooks(on_log=on_log), env=None if isinstance(env, str) else env)
+
+
+def _instance_name(env) -> str:
+    inner = env[0] if isinstance(env, tuple) else env
+    return f"<instance of {type(inner).__name__}>"
+
+
+def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks: Hooks = Hooks(),
+        on_log: Callable[[dict], None] | None = None, env: Any = None, env_kwargs: dict | None = None,
+        resume: bool = False) -> TrainResult:
+    """Train ``agent`` with ``config`` on ``run_config.env`` (or ``env``, an instance); returns final params and
+    per-chunk metrics.
+
+    With ``run_config.run_dir`` it writes config.json, metrics.jsonl, timing.jsonl and checkpoints there (see
+    ``rlpar.rundir``). ``resume=True`` continues the run in ``run_dir`` from its newest complete checkpoint instead
+    (``config`` and ``run_config`` must match it); the metrics and parameters it ends with are bit-identical to an
+    uninterrupted run's. Raises ``ValueError`` (``CheckpointError``) for bad settings or a bad run dir before
+    compiling, ``guard.NonFiniteError`` if the loss or parameters stop being finite, and ``Interrupted`` on Ctrl-C.
+    """
+    if on_log is not None:
+        hooks = hooks._replace(on_log=on_log)
+    prepared = _prepare(agent, config, run_config, env, env_kwargs)
+    checkpoints, restored, logger = _open_run_dir(prepared, config, run_config, resume)
+    state = _initial_state(prepared, config, run_config, restored)
+    done = restored.position.updates_done if restored is not None else 0
+    if restored is not None and hooks.on_status:
+        hooks.on_status("resumed", {"update": done, "checkpoint": str(checkpoints.path(done))})
+    lengths = chunk_lengths(config.num_updates, run_config.log_every)
+    lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
+    compiled, compile_s = _compile(prepared, run_config, state, lengths, hooks)
+    records = [] if restored is None else _previous_records(logger, run_config, restored)
+    try:
+        state = _train(compiled, state, lengths, done, records, _Outputs(checkpoints, logger, hooks, prepared.meta),
+                       config, run_config, prepared.slots)
+    finally:
+        if logger is not None:
+            logger.close()
+    params = getattr(state.agent, "params", state.agent)
+    return TrainResult(parallel.first_replica(params), records, state, compile_s)
+
+
+def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None) -> _Prepared:
+    """Check the settings, join a multi-process run, choose the devices, build the env; nothing compiles."""
+    import envs
+
+    run_config.validate()
+    parallel.request_cpu_devices(run_config.devices)  # takes effect only if no JAX backend has started yet
+    parallel.init_distributed(
+        run_config.coordinator, run_config.num_processes, run_config.process_id,
+        init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
+    )
+    devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
+    config.validate(len(devices))
+    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep, type(config))
+    for value in sorted(set(slots.values)):  # each swept value must make a valid config on its own
+        config.replace(**{slots.field: value}).validate(len(devices))
+    if env is None:
+        env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
+    else:
+        env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
+    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices))
+    meta = rundir.make_meta(agent.name, config, run_config, devices)
+    if slots.count > 1:
+        meta["slots"] = slots.describe()
+    return _Prepared(devices, slots, env, env_params, make, meta)
+
+
+def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int
+                         ) -> Callable[[str | None], program.Program]:
+    """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped."""
+
+    def make_program(axis_name):
+        def one(cfg):
+            agent_fns = agent.make(cfg, env, env_params, num_envs, axis_name)
+            return program.make_program(agent_fns, env, env_params, num_envs, cfg.num_steps, axis_name)
+
+        if slots.count == 1 and slots.field is None:
+            return one(config)
+        return seeds.vmap_slots(one, config, slots)
+
+    return make_program
+
+
+def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bool):
+    """``(checkpoints, restored, logger)``; everything that can reject the run dir (no or a corrupt checkpoint,
+    other settings) happens here, before compiling. Only the primary process writes files."""
+    checkpoints = _open_checkpoints(run_config, resume)
+    restored = None
+    if resume:
+        abstract = parallel.state_shapes(lambda ax: prepared.make_program(ax).init, prepared.devices,
+                                         *jax.random.split(jax.random.PRNGKey(config.seed)))
+        restored = _restore(checkpoints, prepared.meta, abstract)
+    run_dir = Path(run_config.run_dir) if run_config.run_dir and parallel.is_primary() else None
+    logger = _open_logger(run_dir, run_config, prepared.meta, restored)
+    if checkpoints is not None and restored is None:
+        _check_every_process_sees(Path(run_config.run_dir) / rundir.CONFIG)
+    return checkpoints, restored, logger
+
+
+def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored) -> program.TrainState:
+    if restored is not None:
+        return parallel.rows_from_host(restored.state, prepared.devices)
+    init = parallel.map_init(lambda ax: prepared.make_program(ax).init, prepared.devices, run_config.backend)
+    key_params, key_devices = jax.random.split(jax.random.PRNGKey(config.seed))
+    return init(key_params, key_devices)
+
+
+def _compile(prepared: _Prepared, run_config: RunConfig, state, lengths: list[int], hooks: Hooks):
+    """One compiled program per distinct chunk length still to run (at most two: log_every and the remainder)."""
+    if not lengths:  # a finished run resumed: nothing to compile
+        return {}, 0.0
+    if hooks.on_status:
+        hooks.on_status("compiling", {})
+    start = time.perf_counter()
+    compiled = {}
+    for length in sorted(set(lengths)):
+        def make_step(axis_name, length=length):
+            update = guard.with_finite_flag(prepared.make_program(axis_name).update, axis_name)
+            return _chunk(update, length)
+
+        compiled[length] = parallel.compile_step(make_step, prepared.devices, state, backend=run_config.backend)
+    compile_s = time.perf_counter() - start
+    if hooks.on_status:
+        hooks.on_status("compiled", {"seconds": compile_s})
+    return compiled, compile_s
 
 
 def _chunk(update: Callable, length: int) -> Callable:
     """``length`` updates in one ``lax.scan``; per-update metrics stacked ``[length]``."""
 
-    def run(state):
+    def run_chunk(state):
         return jax.lax.scan(lambda s, _: update(s), state, None, length=length)
 
-    return run
+    return run_chunk
+
+
+class _Outputs(NamedTuple):
+    checkpoints: checkpoint.Checkpoints | None
+    logger: RunLogger | None
+    hooks: Hooks
+    meta: dict
+
+
+def _train(compiled: dict, state, lengths: list[int], done: int, records: list[dict], out: _Outputs, config,
+           run_config: RunConfig, slots: seeds.Slots):
+    """Run the chunks; log each one and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of the
+    interrupted chunk is logged or saved, so the run dir stays resumable)."""
+    try:
+        for length in lengths:
+            start = time.perf_counter()
+            new_state, raw = compiled[length](state)
+            raw = parallel.to_host(raw)  # waits for the devices
+            seconds = time.perf_counter() - start
+            _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
+            state, before, done = new_state, done, done + length
+            record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
+                               steps_in_chunk=length * config.batch_size * slots.count)  # sps: every slot's steps
+            _finish_chunk(record, records, out)
+            if out.checkpoints is not None and _checkpoint_due(before, done, run_config.checkpoint_every,
+                                                               config.num_updates):
+                _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+    except KeyboardInterrupt:
+        latest = out.checkpoints.latest() if out.checkpoints is not None else None
+        raise Interrupted(done, latest, run_config.run_dir) from None
+    return state
+
+
+def _finish_chunk(record: dict, records: list[dict], out: _Outputs) -> None:
+    """Keep, write and report a chunk's record (before its checkpoint, if one is due)."""
+    records.append(record)
+    if out.logger is not None:
+        out.logger.write(record)
+    if out.hooks.on_log is not None:
+        out.hooks.on_log(record)
 
 
 def _episode_and_loss_stats(raw: dict) -> dict:
@@ -128,125 +330,6 @@ def summarize(raw: dict, *, update: int, env_steps: int, seconds: float, steps_i
         record["slots"] = [_episode_and_loss_stats({k: np.asarray(v)[:, i] for k, v in raw.items()})
                            for i in range(num_slots)]
     return record
-
-
-def format_record(record: dict, num_updates: int) -> str:
-    ret = record["episode_return"]
-    ret_s = f"{ret:9.2f}" if ret is not None else "      n/a"
-    return (
-        f"update {record['update']:>6}/{num_updates}  steps {record['env_steps']:>11,}  "
-        f"sps {record['sps']:>10,.0f}  return {ret_s}  "
-        f"loss {record.get('loss/total', float('nan')):8.4f}"
-    )
-
-
-def run(
-    agent: AgentSpec,
-    config,
-    run_config: RunConfig = RunConfig(),
-    *,
-    on_log: Callable[[dict], None] | None = None,
-    env_kwargs: dict | None = None,
-    resume: bool = False,
-) -> TrainResult:
-    """Train ``agent`` with ``config`` on ``run_config.env``; returns final params and per-chunk metrics.
-
-    With ``run_config.run_dir`` it writes config.json, metrics.jsonl, timing.jsonl and checkpoints there (see
-    ``rlpar.rundir``). ``resume=True`` continues the run in ``run_dir`` from its newest complete checkpoint instead
-    (``config`` and ``run_config`` must match it, see ``_restore``); the metrics and parameters it ends with are
-    bit-identical to an uninterrupted run's. Raises ``ValueError`` (``CheckpointError``) for a bad run dir before
-    compiling, and ``guard.NonFiniteError`` if the loss or parameters stop being finite.
-    """
-    import envs
-
-    run_config.validate()
-    parallel.init_distributed(
-        run_config.coordinator, run_config.num_processes, run_config.process_id,
-        init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
-    )
-    devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
-    num_devices = len(devices)
-    config.validate(num_devices)
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
-    if slots.field is not None:
-        seeds.validate_slots(config, slots, num_devices)
-    make = agent.make if slots.count == 1 and slots.field is None else seeds.vmap_slots(agent.make, slots)
-    env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
-    num_local_envs = config.num_envs // num_devices
-    num_updates = config.num_updates
-
-    def make_init(axis_name):
-        return make(config, env, env_params, num_local_envs, axis_name).init
-
-    def make_step(length):
-        return lambda axis_name: _chunk(
-            guard.with_finite_flag(make(config, env, env_params, num_local_envs, axis_name).update, axis_name),
-            length,
-        )
-
-    # Only the primary process (process 0) writes files; the others compute the same records, and in a multi-process
-    # run join every checkpoint save and restore (see rlpar.checkpoint).
-    run_dir = Path(run_config.run_dir) if run_config.run_dir and parallel.is_primary() else None
-    meta = rundir.make_meta(agent.name, config, run_config, devices, RUN_FORMAT_VERSION)
-    if slots.count > 1:
-        meta["slots"] = slots.describe()
-    init = parallel.map_init(make_init, devices, run_config.backend)
-    key = jax.random.PRNGKey(config.seed)
-    key_params, key_devices = jax.random.split(key)
-
-    # Everything that can reject the run dir (no or a corrupt checkpoint, other settings) happens before compiling.
-    checkpoints = _open_checkpoints(run_config, resume)
-    abstract_state = parallel.state_shapes(make_init, devices, key_params, key_devices) if resume else None
-    restored = _restore(checkpoints, meta, abstract_state) if resume else None
-    logger = _open_logger(run_dir, run_config, meta, restored)
-    if checkpoints is not None and restored is None:
-        _check_every_process_sees(Path(run_config.run_dir) / rundir.CONFIG)
-    state = init(key_params, key_devices)
-    if restored is not None:
-        state = parallel.rows_from_host(restored.state, devices)
-
-    # Compile once per distinct chunk length still to run (at most two: log_every and the remainder).
-    done_updates = restored.position.updates_done if restored is not None else 0
-    lengths = chunk_lengths(num_updates, run_config.log_every)
-    lengths = lengths[_chunks_done(lengths, done_updates):]  # a resumed run continues after its checkpoint
-    compiled, compile_s = {}, 0.0
-    for length in sorted(set(lengths)):
-        start = time.perf_counter()
-        compiled[length] = parallel.compile_step(make_step(length), devices, state, backend=run_config.backend)
-        compile_s += time.perf_counter() - start
-
-    records = []
-    if restored is not None:  # the records up to the checkpoint; other processes read them from process 0's files
-        records = list(logger.previous_records) if logger is not None else logs.read_records(
-            run_config.run_dir, restored.position)
-    try:
-        for length in lengths:
-            start = time.perf_counter()
-            state, raw = compiled[length](state)
-            raw = parallel.to_host(raw)  # waits for the devices
-            seconds = time.perf_counter() - start
-            _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done_updates + 1, checkpoints)
-            before, done_updates = done_updates, done_updates + length
-            record = summarize(
-                raw,
-                update=done_updates,
-                env_steps=done_updates * config.batch_size,
-                seconds=seconds,
-                steps_in_chunk=length * config.batch_size * slots.count,  # sps counts every slot's steps
-            )
-            records.append(record)
-            if logger is not None:
-                logger.write(record)
-            if on_log is not None:
-                on_log(record)
-            checkpoint.kill_if_test_asks(done_updates)
-            if checkpoints is not None and _checkpoint_due(before, done_updates, run_config.checkpoint_every,
-                                                           num_updates):
-                _save_checkpoint(checkpoints, logger, state, done_updates, meta)
-    finally:
-        if logger is not None:
-            logger.close()
-    return TrainResult(parallel.first_replica(state.params), records, state, compile_s)
 
 
 def chunk_lengths(num_updates: int, log_every: int) -> list[int]:
@@ -287,14 +370,7 @@ def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpo
     run_dir = Path(run_config.run_dir)
     checkpoints = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS, writer=parallel.is_primary())
     steps = checkpoints.committed_steps()
-    latest = parallel.all_processes_agree([steps[-1] if steps else -1, len(steps)])
-    if any(seen != latest[0] for seen in latest):
-        views = "; ".join(f"process {i}: " + (f"{n} checkpoint(s), newest update {last}" if n else "no checkpoints")
-                          for i, (last, n) in enumerate(latest))
-        raise checkpoint.CheckpointError(
-            f"the processes see different checkpoints in {checkpoints.directory} ({views}): in a multi-process run "
-            "the run dir must be on a filesystem every process sees, at the same path"
-        )
+    _check_processes_see_same(checkpoints, steps)
     if resume and not steps:
         found = ", ".join(p.name for p in checkpoints.uncommitted())
         raise checkpoint.CheckpointError(
@@ -311,6 +387,17 @@ def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpo
     checkpoint.require_orbax()
     checkpoints.discard_uncommitted()  # orbax temporaries and unmarked steps of a killed run
     return checkpoints
+
+
+def _check_processes_see_same(checkpoints: checkpoint.Checkpoints, steps: list[int]) -> None:
+    latest = parallel.all_processes_agree([steps[-1] if steps else -1, len(steps)])
+    if any(seen != latest[0] for seen in latest):
+        views = "; ".join(f"process {i}: " + (f"{n} checkpoint(s), newest update {last}" if n else "no checkpoints")
+                          for i, (last, n) in enumerate(latest))
+        raise checkpoint.CheckpointError(
+            f"the processes see different checkpoints in {checkpoints.directory} ({views}): in a multi-process run "
+            "the run dir must be on a filesystem every process sees, at the same path"
+        )
 
 
 def _check_every_process_sees(config_file: Path) -> None:
@@ -331,6 +418,8 @@ def _check_every_process_sees(config_file: Path) -> None:
 
 def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: Any) -> checkpoint.Restored:
     """The newest complete checkpoint, read to host memory and checked to belong to a run like this one."""
+    import json
+
     step = checkpoints.latest()
     template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract_state)
     restored = checkpoints.restore(step, template)
@@ -359,6 +448,13 @@ def _open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,
         rundir.write_meta(run_dir, meta)
     return RunLogger(run_dir, tensorboard=run_config.tensorboard,
                      resume_at=restored.position if restored is not None else None)
+
+
+def _previous_records(logger: RunLogger | None, run_config: RunConfig, restored: checkpoint.Restored) -> list[dict]:
+    """The records up to the checkpoint; processes other than 0 read them from process 0's files."""
+    if logger is not None:
+        return list(logger.previous_records)
+    return logs.read_records(run_config.run_dir, restored.position)
 
 
 def _stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: checkpoint.Checkpoints | None) -> None:

@@ -1,29 +1,31 @@
 """``python -m rlpar.train AGENT [flags]``: train an agent from the command line.
 
-Flags come from the agent's config dataclass and ``RunConfig``; ``--help`` after the agent name lists them.
+``AGENT`` is a registered name (``ppo``, ``ppo_rnn``) or ``package.module:ATTR`` naming an ``rlpar.agent.AgentSpec``.
+Flags come from the agent's config dataclass and ``RunConfig``; ``--help`` after the agent name lists them, with the
+preset of ``--env`` (if the agent has presets) as the defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rlpar import cli, resume
 from rlpar.runner import RunConfig
 
 
-def _agent_names() -> list[str]:
-    from agents import AGENTS
-
-    return sorted(AGENTS)
+def _prog() -> str:
+    """How the user called us: the ``rlpar-train`` console script, or ``python -m rlpar.train``."""
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name == "rlpar-train" else "python -m rlpar.train"
 
 
 def start_devices(argv: list[str]) -> None:
     """Create the CPU devices asked for and join a multi-process run, from the run flags alone.
 
-    Both must happen before JAX starts its backends, and importing an agent or environment module can start them
-    (gymnax builds arrays at import), so this runs before those imports. Flags it cannot parse or validate are left
-    for the full parser below to report.
+    Both must happen before JAX starts its backends, so this runs before any agent or environment is built. Flags
+    it cannot parse or validate are left for the full parser below to report.
     """
     from rlpar import parallel
 
@@ -31,9 +33,9 @@ def start_devices(argv: list[str]) -> None:
     cli.add_dataclass_flags(parser, RunConfig, "run")
     try:
         run_config = cli.build_dataclass(RunConfig, parser.parse_known_args(argv)[0]).validate()
+        parallel.request_cpu_devices(run_config.devices)
     except (argparse.ArgumentError, ValueError):
         return
-    parallel.request_cpu_devices(run_config.devices)
     if run_config.coordinator:  # one line per process on stderr: which run it waits for, and for how long
         who = ("as found in the environment" if run_config.coordinator == "auto"
                else f"as process {run_config.process_id} of {run_config.num_processes}")
@@ -46,102 +48,137 @@ def start_devices(argv: list[str]) -> None:
     )
 
 
+def _env_flag(argv: list[str]) -> str:
+    """The ``--env`` value in ``argv`` (the default env without one), read before the full parser exists."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("--env", default=RunConfig.env)
+    try:
+        return parser.parse_known_args(argv)[0].env
+    except argparse.ArgumentError:
+        return RunConfig.env
+
+
+def _parse(spec, argv: list[str]):
+    """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
+    that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
+    for_env = getattr(spec.config_cls, "for_env", None)
+    base = for_env(_env_flag(argv)) if for_env else None
+    parser = argparse.ArgumentParser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
+    cli.add_dataclass_flags(parser, RunConfig, "run")
+    cli.add_dataclass_flags(parser, spec.config_cls, spec.name, base=base)
+    parser.add_argument(resume.FLAG, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest complete "
+                        "checkpoint, with the settings in its config.json (give no other flags)")
+    args = parser.parse_args(argv)
+    return cli.build_dataclass(RunConfig, args).validate(), cli.build_dataclass(spec.config_cls, args, base=base)
+
+
+def _check(run_config: RunConfig, config) -> list:
+    """Everything that can be refused before compiling: the env id, the devices, the config on those devices."""
+    import envs
+    from rlpar import parallel
+
+    envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
+    devices = parallel.select_devices(run_config.devices)
+    config.validate(len(devices))
+    return devices
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         resumed = resume.expand(argv)  # [AGENT] --resume RUN_DIR -> the run's own command line
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    argv = resumed.argv
-    try:
+        argv = resumed.argv
         start_devices(argv[1:])
+    except ValueError as err:
+        return _fail(err, 2)
     except RuntimeError as err:  # could not join a multi-process run
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    import agents  # may start JAX's backends
+        return _fail(err, 1)
+    from rlpar import registry
 
-    names = _agent_names()
     if not argv or argv[0].startswith("-"):
         if argv and argv[0] in ("-h", "--help"):
-            print(f"usage: python -m rlpar.train AGENT [flags]   (AGENT: {', '.join(names)}; AGENT --help for flags)\n"
-                  "       python -m rlpar.train --resume RUN_DIR")
+            print(f"usage: {_prog()} AGENT [flags]   (AGENT: {', '.join(registry.names())}, or package.module:ATTR;"
+                  f" AGENT --help for flags)\n       {_prog()} --resume RUN_DIR")
             return 0
-        print(f"error: name an agent first: python -m rlpar.train AGENT [flags]; known agents: {', '.join(names)}",
-              file=sys.stderr)
-        return 2
+        return _fail(f"name an agent first: {_prog()} AGENT [flags]; known agents: {', '.join(registry.names())}", 2)
     try:
-        spec = agents.get(argv[0])
+        spec = registry.get(argv[0])
+        run_config, config = _parse(spec, argv[1:])
+        devices = _check(run_config, config)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _fail(err, 2)
+    return _train(spec, config, run_config, devices, resumed.run_dir)
 
-    parser = argparse.ArgumentParser(prog=f"python -m rlpar.train {spec.name}", description=f"Train {spec.name}.")
-    cli.add_dataclass_flags(parser, RunConfig, "run")
-    cli.add_dataclass_flags(parser, spec.config_cls, spec.name)
-    parser.add_argument(resume.FLAG, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest complete "
-                        "checkpoint, with the settings in its config.json (give no other flags)")
-    args = parser.parse_args(argv[1:])
 
-    try:
-        run_config = cli.build_dataclass(RunConfig, args).validate()
-        # An agent's per-environment preset (if it has one) is the base; flags given override it.
-        for_env = getattr(spec.config_cls, "for_env", None)
-        config = cli.build_dataclass(spec.config_cls, args, base=for_env(run_config.env) if for_env else None)
-        from rlpar import parallel
-        import envs
+def _fail(err, code: int) -> int:
+    print(f"error: {err}", file=sys.stderr)
+    return code
 
-        envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
-        devices = parallel.select_devices(run_config.devices)
-        config.validate(len(devices))
-    except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
 
+def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str | None) -> int:
     import jax
 
+    from rlpar import parallel
     from rlpar.guard import NonFiniteError
-    from rlpar.runner import mean_recent_return
+    from rlpar.runner import Interrupted
 
-    # Only the primary process prints (and writes files); the others train silently alongside it.
-    say = print if parallel.is_primary() else (lambda *args, **kwargs: None)
+    say = print if parallel.is_primary() else (lambda *args, **kwargs: None)  # only process 0 prints
     processes = f" in {jax.process_count()} processes" if jax.process_count() > 1 else ""
-    say(
-        f"rlpar: {spec.name} on {run_config.env}, {len(devices)} {devices[0].platform} device(s){processes}, "
+    say(f"rlpar: {spec.name} on {run_config.env}, {len(devices)} {devices[0].platform} device(s){processes}, "
         f"{config.num_envs} envs x {config.num_steps} steps, {config.num_updates} updates"
-        + (f", run dir {run_config.run_dir}" if run_config.run_dir else ""),
-        flush=True,
-    )
+        + (f", run dir {run_config.run_dir}" if run_config.run_dir else ""), flush=True)
     try:
-        result = _run_with_progress(spec, config, run_config, resumed.run_dir)
+        result = _run_with_progress(spec, config, run_config, resume_dir, say)
     except ValueError as err:  # a run dir that cannot be resumed or reused, found before compiling
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return _fail(err, 2)
     except NonFiniteError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    total_s = sum(r["time_s"] for r in result.metrics)
-    steps = result.metrics[-1]["env_steps"] if result.metrics else 0
-    say(
-        f"done: {steps:,} env steps in {total_s:.1f}s ({steps / max(total_s, 1e-9):,.0f} sps) "
-        f"+ {result.compile_s:.1f}s compile; mean return of the last logged episodes "
-        f"{mean_recent_return(result.metrics):.2f}",
-        flush=True,
-    )
+        return _fail(err, 1)
+    except Interrupted as stop:
+        saved = f"update {stop.checkpoint_update}" if stop.checkpoint_update is not None else "none"
+        how = (f"; continue with: {_prog()} --resume {stop.run_dir}" if stop.run_dir and stop.checkpoint_update
+               else "")
+        print(f"interrupted at update {stop.update}; last checkpoint: {saved}{how}", file=sys.stderr, flush=True)
+        return 130
+    say(_done_line(result, run_config), flush=True)
     return 0
 
 
-def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None):
+def _done_line(result, run_config: RunConfig) -> str:
+    from rlpar import seeds
+    from rlpar.progress import recent_returns
+
+    total_s = sum(r["time_s"] for r in result.metrics)
+    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    steps = result.metrics[-1]["env_steps"] if result.metrics else 0
+    all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
+    return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
+            f"+ {result.compile_s:.1f}s compile; mean return of the last logged episodes "
+            f"{recent_returns(result.metrics, slots)}")
+
+
+def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None, say):
     """``runner.run`` with the progress display on the primary process (none on the others)."""
     from rlpar import parallel
     from rlpar.progress import ProgressDisplay
-    from rlpar.runner import run
+    from rlpar.runner import Hooks, run
 
     if not parallel.is_primary():
         return run(spec, config, run_config, resume=resume_dir is not None)
     start = resume.updates_done(resume_dir)
     with ProgressDisplay(config.num_updates, config.batch_size, start_update=start) as show:
-        return run(spec, config, run_config, on_log=show, resume=resume_dir is not None)
+        def on_status(event: str, info: dict) -> None:
+            if event == "resumed" and info["update"] >= config.num_updates:
+                say(f"the run is finished (update {info['update']} of {config.num_updates}, checkpoint "
+                    f"{info['checkpoint']}): nothing to resume", flush=True)
+            elif event == "resumed":
+                say(f"resumed from update {info['update']} (checkpoint {info['checkpoint']})", flush=True)
+            elif event == "compiling":
+                show.compiling()
+            elif event == "compiled":
+                show.compiled(info["seconds"])
+
+        return run(spec, config, run_config, hooks=Hooks(on_log=show, on_status=on_status),
+                   resume=resume_dir is not None)
 
 
 if __name__ == "__main__":

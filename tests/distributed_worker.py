@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
     from rlpar import parallel
     from rlpar.runner import RunConfig, run
 
-    spec = agents.get("ppo")
+    spec = agents.ppo.SPEC
     parser = argparse.ArgumentParser()
     cli.add_dataclass_flags(parser, RunConfig, "run")
     cli.add_dataclass_flags(parser, spec.config_cls, spec.name)
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
 
     result = run(spec, config, run_config)
 
-    copies = [jax.tree.leaves(c) for c in parallel.replicas(result.state.params)]
+    copies = [jax.tree.leaves(c) for c in parallel.replicas(result.state.agent.params)]
     identical = all(np.array_equal(a, b) for other in copies[1:] for a, b in zip(copies[0], other))
     params = {f"param:{jax.tree_util.keystr(path)}": leaf
               for path, leaf in jax.tree_util.tree_leaves_with_path(result.params)}

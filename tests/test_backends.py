@@ -22,7 +22,7 @@ SMALL = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, num_mini
 
 def test_shard_map_gives_the_params_pmap_gives_after_updates():
     results = {
-        backend: run(agents.get("ppo"), SMALL, RunConfig(env="CartPole-v1", devices=4, log_every=3, backend=backend))
+        backend: run(agents.ppo.SPEC, SMALL, RunConfig(env="CartPole-v1", devices=4, log_every=3, backend=backend))
         for backend in parallel.BACKENDS
     }
     pmap, shard_map = results["pmap"], results["shard_map"]
@@ -31,7 +31,7 @@ def test_shard_map_gives_the_params_pmap_gives_after_updates():
         assert a["episodes"] == b["episodes"]
         np.testing.assert_allclose(a["loss/total"], b["loss/total"], rtol=1e-5)
     # shard_map keeps one copy of the parameters per device, and the copies stay bit-identical
-    copies = parallel.replicas(shard_map.state.params)
+    copies = parallel.replicas(shard_map.state.agent.params)
     assert len(copies) == 4
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)

@@ -23,6 +23,7 @@ from rlpar.guard import NonFiniteError
 from rlpar.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]
+SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
 
 
 def _final_state(run_dir: Path):
@@ -37,9 +38,9 @@ def _assert_trees_equal(a, b):
 
 def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tiny_run_dir, tmp_path):
     run_dir = tmp_path / "killed"
-    env = {**os.environ, checkpoint.TEST_KILL_ENV: "3", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
-        [sys.executable, "-m", "rlpar.train", *TINY_RUN_ARGV, "--run-dir", str(run_dir)],
+        [sys.executable, str(SIGKILL_AFTER), "3", *TINY_RUN_ARGV, "--run-dir", str(run_dir)],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
@@ -67,10 +68,10 @@ def test_checkpoint_holds_every_devices_state_and_the_run_position(tiny_run_dir)
     assert checkpoints.committed_steps() == [4, 6]  # every 2 updates and at the end; the newest KEEP=2 kept
     restored = checkpoints.restore(6)
     state = restored.state
-    assert state["update_step"].tolist() == [6, 6]  # one row per device
     keys = state["rollout"]["key"]
     assert keys.shape[0] == 2 and not np.array_equal(keys[0], keys[1])  # devices act with different keys
-    jax.tree.map(lambda x: np.testing.assert_array_equal(x[0], x[1]), state["params"])  # params replicated
+    assert state["rollout"]["obs"].shape == (2, 2, 4)  # [devices, envs per device, obs]
+    jax.tree.map(lambda x: np.testing.assert_array_equal(x[0], x[1]), state["agent"]["params"])  # replicated
     assert restored.position.updates_done == 6 and restored.position.num_records == 6
     assert restored.position.metrics_bytes == (tiny_run_dir / rundir.METRICS).stat().st_size
     assert restored.meta["config"]["num_envs"] == 4 and restored.meta["num_devices"] == 2
@@ -147,7 +148,7 @@ def test_resume_with_other_settings_than_the_checkpoint_is_refused(tiny_run_dir,
     config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=1,
                        hidden_sizes=(16, 16), gamma=0.9)
     with pytest.raises(checkpoint.CheckpointError, match="written with gamma=0.99 but this run has gamma=0.9"):
-        run(agents.AGENTS["ppo"], config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1), resume=True)
+        run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1), resume=True)
 
 
 def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_checkpoint(tmp_path):
@@ -157,7 +158,7 @@ def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_
                        hidden_sizes=(16, 16), lr=1e18, anneal_lr=False)
     run_dir = tmp_path / "nan"
     with pytest.raises(NonFiniteError, match=r"non-finite loss or parameters at update (\d+)") as info:
-        run(agents.AGENTS["ppo"], config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1, checkpoint_every=1))
+        run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1, checkpoint_every=1))
     bad = int(re.search(r"at update (\d+)", str(info.value)).group(1))
     assert bad >= 2, "the test needs a checkpoint before the divergence"
     checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
@@ -165,5 +166,5 @@ def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_
     assert f"the last good checkpoint is {checkpoints.path(bad - 1)}" in str(info.value)
     restored = checkpoints.restore(bad - 1)
     assert restored.position.updates_done == bad - 1
-    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored.state["params"]))
+    assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored.state["agent"]["params"]))
     assert len((run_dir / rundir.METRICS).read_text().splitlines()) == bad - 1  # nothing logged from the bad update

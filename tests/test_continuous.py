@@ -21,7 +21,8 @@ def test_gaussian_policy_shapes_and_learned_log_std():
     assert action.shape == (5, 2) and pi.log_prob(action).shape == (5,) and value.shape == (5,)
     # entropy of N(mu, 1) in 2-d: 2 * 0.5 * log(2 pi e)
     np.testing.assert_allclose(pi.entropy(), np.log(2 * np.pi * np.e), rtol=1e-5)
-    greedy = ppo.act(params, jnp.ones((5, 8)))
+    state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(2)).replace(params=params)
+    greedy, _ = ppo.policy(state, True)((), jnp.ones((5, 8)), None)
     np.testing.assert_allclose(greedy, pi.mean(), rtol=1e-6)
 
 

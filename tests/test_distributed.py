@@ -27,6 +27,7 @@ from rlpar.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("distributed_worker.py")
+SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
 # Global num_envs 8 over 4 devices; 4 updates in one compiled chunk (one compile per process).
 CONFIG = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4, num_minibatches=2, update_epochs=2,
                    hidden_sizes=(16, 16))
@@ -97,7 +98,7 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
     deadline = time.monotonic() + PROCESS_DEADLINE_S
     try:
         # The single-process reference on this test process's 4 devices, while the two processes run.
-        reference = run(agents.get("ppo"), CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=LOG_EVERY))
+        reference = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=LOG_EVERY))
     finally:
         _wait_all(processes, tmp_path, deadline)
     for name, proc in processes.items():
@@ -159,13 +160,13 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
     flags = ["--env", "CartPole-v1", "--log-every", "2", "--checkpoint-every", "2", "--run-dir", str(run_dir),
              *_config_flags(CONFIG)]
     port = _free_port()
-    killed = {f"first{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", *flags,
+    killed = {f"first{i}": _start([sys.executable, str(SIGKILL_AFTER), "4", "ppo", *flags,
                                    *_process_flags(port, i, heartbeat_timeout_s=30)],
-                                  tmp_path, f"first{i}", extra_env={checkpoint.TEST_KILL_ENV: "4"})
+                                  tmp_path, f"first{i}", extra_env={"PYTHONPATH": str(REPO)})
               for i in range(2)}
     try:
         # The uninterrupted single-process run with the same global devices, seed and num_envs.
-        reference = run(agents.get("ppo"), CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2))
+        reference = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2))
     finally:
         _wait_all(killed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
     for name, proc in killed.items():
@@ -186,7 +187,7 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
                                       *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
                for i in range(2)}
     try:
-        alone = run(agents.get("ppo"), CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2,
+        alone = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2,
                                                          checkpoint_every=2, run_dir=str(alone_dir)), resume=True)
     finally:
         _wait_all(resumed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)

@@ -13,9 +13,10 @@ def _greedy_returns(env_id: str, episodes: int, seed: int = 0):
     """Episodes of an untrained PPO policy (the returns of the probes below do not depend on the policy)."""
     env, env_params = envs.make(env_id)
     ppo = agents.ppo.make_ppo(PPOConfig(hidden_sizes=(8,)), env, env_params, episodes)
-    params = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1)).params
-    run = evaluate.make_episodes(ppo.act, env, env_params, episodes, max_steps=10)
-    returns, lengths, done, _ = run(params, jax.random.PRNGKey(seed))
+    state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+    policy = evaluate.Policy(ppo.policy(state, True), ppo.initial_carry, env_id, update=0, slot=0)
+    run = evaluate.make_episodes(policy, env, env_params, episodes, max_steps=10)
+    returns, lengths, done, _ = run(jax.random.PRNGKey(seed))
     return np.asarray(returns), np.asarray(lengths), np.asarray(done)
 
 
@@ -56,7 +57,7 @@ def test_gif_of_an_env_the_visualizer_cannot_draw_is_a_clear_error(tmp_path, cap
     import json
 
     from rlpar import rundir
-    from rlpar.runner import RUN_FORMAT_VERSION
+    from rlpar.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
 
     meta = {"format_version": RUN_FORMAT_VERSION, "agent": "ppo", "run": {"env": "Probe-OneStep-v0"}, "config": {}}
     (tmp_path / rundir.CONFIG).write_text(json.dumps(meta))

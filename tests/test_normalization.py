@@ -40,7 +40,7 @@ def test_training_with_obs_normalization_keeps_stats_identical_across_devices():
     config = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 3, num_minibatches=2, update_epochs=1,
                        normalize_obs=True)
     result = agents.ppo.train(config, "CartPole-v1", devices=4, log_every=3)
-    copies = parallel.replicas(result.state.obs_stats)
+    copies = parallel.replicas(result.state.agent.obs_stats)
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)
     assert float(copies[0].count) == pytest.approx(3 * 64, rel=1e-3)

@@ -20,13 +20,13 @@ def test_four_fake_devices_are_available():
 
 
 def test_params_bit_identical_across_devices_after_updates():
-    result = run(agents.get("ppo"), SMALL, RunConfig(env="CartPole-v1", devices=4, log_every=3))
+    result = run(agents.ppo.SPEC, SMALL, RunConfig(env="CartPole-v1", devices=4, log_every=3))
     assert len(result.metrics) == 2
-    copies = parallel.replicas(result.state.params)
+    copies = parallel.replicas(result.state.agent.params)
     assert len(copies) == 4
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)
-    opt_copies = parallel.replicas(result.state.opt_state)
+    opt_copies = parallel.replicas(result.state.agent.opt_state)
     for other in opt_copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, opt_copies[0], other)
     # the per-device env states must differ: each device steps its own envs
@@ -62,7 +62,7 @@ def test_pmean_gradient_equals_single_device_gradient_on_concatenated_batch():
 
 def test_num_envs_not_divisible_by_devices_is_a_clear_error():
     with pytest.raises(ValueError, match=r"num_envs=6 is not divisible by the device count 4"):
-        run(agents.get("ppo"), SMALL.replace(num_envs=6), RunConfig(devices=4))
+        run(agents.ppo.SPEC, SMALL.replace(num_envs=6), RunConfig(devices=4))
 
 
 def test_more_devices_than_exist_is_a_clear_error():
@@ -98,10 +98,10 @@ def test_fused_collectives_equal_leafwise_ones_and_keep_dtypes_and_shapes():
 
 
 def test_without_advantage_normalisation_devices_stay_identical_and_the_update_differs():
-    raw = run(agents.get("ppo"), SMALL.replace(normalize_advantages=False), RunConfig(devices=4, log_every=3))
-    copies = parallel.replicas(raw.state.params)
+    raw = run(agents.ppo.SPEC, SMALL.replace(normalize_advantages=False), RunConfig(devices=4, log_every=3))
+    copies = parallel.replicas(raw.state.agent.params)
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)
-    normalised = run(agents.get("ppo"), SMALL, RunConfig(devices=4, log_every=3))
+    normalised = run(agents.ppo.SPEC, SMALL, RunConfig(devices=4, log_every=3))
     differences = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), raw.params, normalised.params))
     assert max(differences) > 1e-6 and all(np.isfinite(differences))

@@ -5,7 +5,7 @@ import json
 import numpy as np
 
 from rlpar import plot, rundir
-from rlpar.runner import RUN_FORMAT_VERSION
+from rlpar.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
 
 
 def _fake_run(path, seed, returns, lr=1e-3):

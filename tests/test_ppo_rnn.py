@@ -42,12 +42,12 @@ MEMORY = RecurrentPPOConfig(num_envs=16, num_steps=12, total_timesteps=16 * 12 *
 @pytest.mark.slow
 def test_recurrent_policy_remembers_the_cue():
     # Probe-Memory-v0: a memoryless policy earns 0.5 per episode, a recurrent one can earn 1.
-    result = run(agents.get("ppo_rnn"), MEMORY, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
+    result = run(agents.ppo_rnn.SPEC, MEMORY, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
     assert mean_recent_return(result.metrics, last=1) > 0.9
-    copies = parallel.replicas(result.state.params)
+    copies = parallel.replicas(result.state.agent.params)
     jax.tree.map(np.testing.assert_array_equal, copies[0], copies[1])
     # The same budget without memory stays near chance: the probe really needs the GRU.
     flat = agents.PPOConfig(num_envs=16, num_steps=12, total_timesteps=16 * 12 * 250, num_minibatches=4, lr=3e-3,
                             anneal_lr=False, hidden_sizes=(32,))
-    mlp = run(agents.get("ppo"), flat, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
+    mlp = run(agents.ppo.SPEC, flat, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
     assert mean_recent_return(mlp.metrics, last=1) < 0.7

@@ -1,5 +1,6 @@
 """PPO on probe environments whose right answers are known (see envs/probes.py)."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -46,6 +47,8 @@ def test_truncation_bootstraps_to_infinite_horizon_value():
 
 def test_policy_learns_the_rewarded_action():
     result, ppo = _train("Probe-Policy-v0", PROBE_CONFIG.replace(ent_coef=0.0))
-    actions = np.asarray(ppo.act(result.params, jnp.array([[1.0], [-1.0]])))
+    state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1)).replace(params=result.params)
+    actions, _ = ppo.policy(state, True)((), jnp.array([[1.0], [-1.0]]), None)  # the greedy policy export
+    actions = np.asarray(actions)
     np.testing.assert_array_equal(actions, [1, 0])
     assert result.metrics[-1]["episode_return"] > 0.95

@@ -11,18 +11,23 @@ from rlpar import rollout
 
 
 def _constant_policy(value_of_obs):
-    def policy_fn(params, obs, key):
-        b = obs.shape[0]
-        return jnp.zeros(b, jnp.int32), jnp.zeros(b), value_of_obs(obs)
+    """An ``act_fn`` taking action 0, with ``{"value": value_of_obs(obs)}`` as its extras."""
 
-    return policy_fn
+    def act_fn(agent_state, carry, obs, key):
+        return jnp.zeros(obs.shape[0], jnp.int32), carry, {"value": value_of_obs(obs)}
+
+    return act_fn
+
+
+def _bootstrap(value_of_obs):
+    return lambda agent_state, carry, obs: value_of_obs(obs)
 
 
 def test_collector_shapes_and_truncation_bootstrap_value():
     # Probe-Truncated-v0 is cut every 5 steps; a value function "100 + obs" lets us see which obs was evaluated.
     env, params = envs.make("Probe-Truncated-v0")
-    value_fn = lambda p, obs: 100.0 + obs[:, 0]
-    collect = rollout.make_collector(env, params, _constant_policy(lambda o: o[:, 0]), value_fn, num_steps=12)
+    collect = rollout.make_collector(env, params, _constant_policy(lambda o: o[:, 0]), 12,
+                                     bootstrap=_bootstrap(lambda obs: 100.0 + obs[:, 0]))
     state = rollout.reset(env, params, jax.random.PRNGKey(0), num_envs=3)
     state, traj = jax.jit(collect)(None, state)
     assert traj.obs.shape == (12, 3, 1) and traj.reward.shape == (12, 3)
@@ -30,32 +35,58 @@ def test_collector_shapes_and_truncation_bootstrap_value():
     # steps 5 and 10 of each env (indices 4, 9) are truncations; nothing terminates
     np.testing.assert_array_equal(truncated, np.isin(np.arange(12), [4, 9])[:, None].repeat(3, 1))
     assert not np.asarray(traj.terminated).any()
-    np.testing.assert_allclose(np.asarray(traj.final_value), np.where(truncated, 100.0, 0.0))
+    np.testing.assert_allclose(np.asarray(traj.final), np.where(truncated, 100.0, 0.0))
+    assert traj.extras["value"].shape == (12, 3)
     np.testing.assert_array_equal(np.asarray(traj.episode_done), truncated)
     assert state.obs.shape == (3, 1)
 
 
 def test_collector_terminations_have_no_bootstrap_value():
     env, params = envs.make("Probe-OneStep-v0")
-    collect = rollout.make_collector(env, params, _constant_policy(lambda o: o[:, 0]), lambda p, o: 1.0 + o[:, 0], 4)
+    collect = rollout.make_collector(env, params, _constant_policy(lambda o: o[:, 0]), 4,
+                                     bootstrap=_bootstrap(lambda o: 1.0 + o[:, 0]))
     _, traj = collect(None, rollout.reset(env, params, jax.random.PRNGKey(0), 2))
     assert np.asarray(traj.terminated).all() and not np.asarray(traj.truncated).any()
-    np.testing.assert_array_equal(np.asarray(traj.final_value), 0.0)
+    np.testing.assert_array_equal(np.asarray(traj.final), 0.0)
 
 
 def test_collector_is_deterministic_and_envs_differ():
     env, params = envs.make("CartPole-v1")
-    policy_fn = lambda p, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 2), jnp.zeros(obs.shape[0]),
-                                     jnp.zeros(obs.shape[0]))
-    collect = jax.jit(rollout.make_collector(env, params, policy_fn, lambda p, o: jnp.zeros(o.shape[0]), 50))
+    act_fn = lambda p, carry, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 2), carry, ())
+    collect = jax.jit(rollout.make_collector(env, params, act_fn, 50))  # a random policy: no extras, no bootstrap
     s0 = rollout.reset(env, params, jax.random.PRNGKey(3), 4)
     _, a = collect(None, s0)
     _, b = collect(None, s0)
     np.testing.assert_array_equal(a.obs, b.obs)
     assert not np.allclose(a.obs[:, 0], a.obs[:, 1])  # independent envs
+    assert a.extras == () and a.final == ()
 
 
-def _reference_final_values(env, params, policy_fn, value_fn, state, num_steps):
+def test_agent_carry_flows_and_resets_where_episodes_end():
+    # The carry counts the steps this policy has acted in the current episode; the collector must put it back to
+    # initial_carry (zeros) where an episode ends, so at every step it equals episode_length - 1. The bootstrap sees
+    # the carry after the truncated step, before the reset: the episode's full length.
+    env, params = envs.make("CartPole-v1")
+    params = params.replace(max_steps_in_episode=12)
+
+    def act_fn(agent_state, carry, obs, key):
+        return jax.random.randint(key, obs.shape[:1], 0, 2), carry + 1, {"seen": carry}
+
+    bootstrap = lambda agent_state, carry, obs: carry.astype(jnp.float32)
+    collect = jax.jit(rollout.make_collector(env, params, act_fn, 60, bootstrap=bootstrap,
+                                             initial_carry=lambda n: jnp.zeros(n, jnp.int32)))
+    state = rollout.reset(env, params, jax.random.PRNGKey(5), 16, jnp.zeros(16, jnp.int32))
+    state, traj = collect(None, state)
+    length = np.asarray(traj.episode_length)
+    np.testing.assert_array_equal(np.asarray(traj.extras["seen"]), length - 1)
+    truncated = np.asarray(traj.truncated)
+    assert truncated.any() and np.asarray(traj.terminated).any()
+    np.testing.assert_array_equal(np.asarray(traj.final), np.where(truncated, 12.0, 0.0))
+    done = np.asarray(traj.episode_done)[-1]
+    np.testing.assert_array_equal(np.asarray(state.carry), np.where(done, 0, length[-1]))
+
+
+def _reference_final_values(env, params, act_fn, value_fn, state, num_steps):
     """Step the same envs with the same keys, keep every step's final observation, value the truncated ones."""
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     _, key_steps = jax.random.split(state.key)
@@ -64,13 +95,13 @@ def _reference_final_values(env, params, policy_fn, value_fn, state, num_steps):
 
     def step(carry, keys_t):
         env_state, obs = carry
-        action, _, _ = policy_fn(None, obs, keys_t[0])
+        action, _, _ = act_fn(None, (), obs, keys_t[0])
         obs, env_state, _, terminated, truncated, info = step_envs(keys_t[1:], env_state, action, params)
         truncated = truncated & ~terminated
         return (env_state, obs), (truncated, info["final_observation"])
 
     _, (truncated, final_obs) = jax.lax.scan(step, (state.env_state, state.obs), keys)
-    values = value_fn(None, final_obs.reshape((-1,) + final_obs.shape[2:])).reshape(truncated.shape)
+    values = value_fn(final_obs.reshape((-1,) + final_obs.shape[2:])).reshape(truncated.shape)
     return np.asarray(truncated), np.where(truncated, np.asarray(values), 0.0)
 
 
@@ -112,12 +143,11 @@ def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
     # with the 4-step limit several times (the spilled path). value_fn(x) = 7 + 3 x tells the observations apart.
     env = envs.EpisodeStatistics(_Clock())
     params = env.default_params.replace(max_steps_in_episode=time_limit)
-    zeros = lambda obs, dtype=jnp.float32: jnp.zeros(obs.shape[0], dtype)
-    policy_fn = lambda p, obs, key: (zeros(obs, jnp.int32), zeros(obs), zeros(obs))
-    value_fn = lambda p, obs: 7.0 + 3.0 * obs[:, 0]
-    collect = jax.jit(rollout.make_collector(env, params, policy_fn, value_fn, num_steps))
+    act_fn = _constant_policy(lambda obs: jnp.zeros(obs.shape[0]))
+    value_fn = lambda obs: 7.0 + 3.0 * obs[:, 0]
+    collect = jax.jit(rollout.make_collector(env, params, act_fn, num_steps, bootstrap=_bootstrap(value_fn)))
     state = rollout.reset(env, params, jax.random.PRNGKey(4), 16)
-    truncated, expected = _reference_final_values(env, params, policy_fn, value_fn, state, num_steps)
+    truncated, expected = _reference_final_values(env, params, act_fn, value_fn, state, num_steps)
     _, traj = collect(None, state)
     np.testing.assert_array_equal(np.asarray(traj.truncated), truncated)
     counts = truncated.sum(axis=0)
@@ -128,4 +158,4 @@ def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
         assert counts.max() == 1 and counts.sum() >= 8
     else:
         assert counts.max() >= 3 and num_steps - 1 in steps  # several per env, and at the last step too
-    np.testing.assert_allclose(np.asarray(traj.final_value), expected, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(traj.final), expected, rtol=1e-6)

@@ -9,7 +9,7 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig
-from rlpar import parallel, seeds
+from rlpar import parallel, runner, seeds
 from rlpar import train as train_cli
 from rlpar.runner import RunConfig, run
 
@@ -28,11 +28,20 @@ def test_slots_layout():
 ])
 def test_bad_sweep_is_a_clear_error(sweep, message):
     with pytest.raises(ValueError, match=message):
-        seeds.make_slots(1, sweep)
+        seeds.make_slots(1, sweep, PPOConfig)
+
+
+def test_sweepable_fields_are_declared_by_the_config():
+    from rlpar.agent import sweepable_fields
+
+    assert sweepable_fields(PPOConfig) == ("lr", "gamma", "gae_lambda", "clip_eps", "ent_coef", "vf_coef",
+                                           "max_grad_norm")
+    with pytest.raises(ValueError, match="FIELD one of lr, gamma"):  # the message lists the config's own fields
+        seeds.make_slots(1, "hidden_sizes=8,16", PPOConfig)
 
 
 def test_seeds_are_independent_and_match_single_slot_programs():
-    result = run(agents.get("ppo"), TINY, RunConfig(devices=2, num_seeds=3, log_every=2))
+    result = run(agents.ppo.SPEC, TINY, RunConfig(devices=2, num_seeds=3, log_every=2))
     record = result.metrics[-1]
     assert len(record["slots"]) == 3
     returns = [s["loss/total"] for s in record["slots"]]
@@ -40,7 +49,7 @@ def test_seeds_are_independent_and_match_single_slot_programs():
     # params: [slots, ...] on every device, identical across devices
     leaf = jax.tree.leaves(result.params)[0]
     assert leaf.shape[0] == 3
-    copies = parallel.replicas(result.state.params)
+    copies = parallel.replicas(result.state.agent.params)
     jax.tree.map(np.testing.assert_array_equal, copies[0], copies[1])
     # pooled episode return is the episode-weighted mean of the slots'
     slots = [s for s in record["slots"] if s["episodes"]]
@@ -53,11 +62,12 @@ def test_lr_sweep_scales_the_update_size():
     # parameters; Adam's step is proportional to lr, so the first slot moves ~1e6 times less than the second.
     config = TINY.replace(anneal_lr=False)
     run_config = RunConfig(devices=2, sweep="lr=1e-9,1e-3")
-    result = run(agents.get("ppo"), config, run_config)
+    result = run(agents.ppo.SPEC, config, run_config)
     env, env_params = envs.make("CartPole-v1")
-    make = seeds.vmap_slots(agents.get("ppo").make, seeds.make_slots(1, run_config.sweep))
-    init = parallel.map_init(lambda ax: make(config, env, env_params, 2, ax).init, parallel.select_devices(2))
-    start = parallel.first_replica(init(*jax.random.split(jax.random.PRNGKey(config.seed))).params)
+    slots = seeds.make_slots(1, run_config.sweep, type(config))
+    make = runner.make_program_factory(agents.ppo.SPEC, config, slots, env, env_params, 2)
+    init = parallel.map_init(lambda ax: make(ax).init, parallel.select_devices(2))
+    start = parallel.first_replica(init(*jax.random.split(jax.random.PRNGKey(config.seed))).agent.params)
     jax.tree.map(lambda x: np.testing.assert_array_equal(x[0], x[1]), start)  # same seed index, same init
     moved = [max(float(np.abs(a[i] - b[i]).max()) for a, b in zip(jax.tree.leaves(result.params),
                                                                   jax.tree.leaves(start))) for i in (0, 1)]

@@ -2,56 +2,38 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from agents.ppo.network import ACTIVATIONS
-
-
-def _f(default, help: str):  # noqa: A002 - the field's documentation, shown by the CLI's --help
-    return field(default=default, metadata={"help": help})
+from agents.networks import ACTIVATIONS
+from rlpar.agent import AgentConfig, config_field
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """PPO settings. Every field is also a CLI flag (``num_envs`` -> ``--num-envs``); its help text is below."""
+class PPOConfig(AgentConfig):
+    """PPO settings. Every field is also a CLI flag (``num_envs`` -> ``--num-envs``); its help text is below.
+    ``seed``, ``num_envs``, ``num_steps`` and ``total_timesteps`` come from ``rlpar.agent.AgentConfig``."""
 
-    seed: int = _f(0, "PRNG seed; same seed and device count give identical results")
-    num_envs: int = _f(8, "parallel environments in total, split evenly over the devices")
-    num_steps: int = _f(128, "environment steps per environment per update (rollout length T)")
-    total_timesteps: int = _f(1_000_000, "environment steps to train for, over all environments")
-    lr: float = _f(2.5e-4, "Adam learning rate (initial value when annealed)")
-    anneal_lr: bool = _f(True, "decay the learning rate linearly to 0 over training")
-    update_epochs: int = _f(4, "passes over each rollout batch")
-    num_minibatches: int = _f(4, "minibatches per epoch; each device splits its share of the batch this many ways")
-    gamma: float = _f(0.99, "discount factor per step")
-    gae_lambda: float = _f(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo)")
-    clip_eps: float = _f(0.2, "PPO ratio clip epsilon (also the value clip range when clip_value is on)")
-    clip_value: bool = _f(True, "clip the critic's change per update to +-clip_eps")
-    ent_coef: float = _f(0.01, "entropy bonus coefficient")
-    vf_coef: float = _f(0.5, "critic loss coefficient")
-    max_grad_norm: float = _f(0.5, "global gradient-norm clip (after averaging over devices)")
-    normalize_advantages: bool = _f(True, "normalise advantages per minibatch, statistics over all devices")
-    normalize_obs: bool = _f(False, "normalise observations by running mean/std, statistics synced over devices")
-    hidden_sizes: tuple[int, ...] = _f((64, 64), "hidden layer widths of the actor and critic MLPs")
-    activation: str = _f("tanh", "hidden activation: " + ", ".join(ACTIVATIONS))
+    lr: float = config_field(2.5e-4, "Adam learning rate (initial value when annealed)", sweepable=True)
+    anneal_lr: bool = config_field(True, "decay the learning rate linearly to 0 over training")
+    update_epochs: int = config_field(4, "passes over each rollout batch")
+    num_minibatches: int = config_field(4, "minibatches per epoch; each device splits its share of the batch this "
+                                           "many ways")
+    gamma: float = config_field(0.99, "discount factor per step", sweepable=True)
+    gae_lambda: float = config_field(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo)", sweepable=True)
+    clip_eps: float = config_field(0.2, "PPO ratio clip epsilon (also the value clip range when clip_value is on)",
+                                   sweepable=True)
+    clip_value: bool = config_field(True, "clip the critic's change per update to +-clip_eps")
+    ent_coef: float = config_field(0.01, "entropy bonus coefficient", sweepable=True)
+    vf_coef: float = config_field(0.5, "critic loss coefficient", sweepable=True)
+    max_grad_norm: float = config_field(0.5, "global gradient-norm clip (after averaging over devices)",
+                                        sweepable=True)
+    normalize_advantages: bool = config_field(True, "normalise advantages per minibatch, statistics over all devices")
+    normalize_obs: bool = config_field(False, "normalise observations by running mean/std, statistics synced over "
+                                              "devices")
+    hidden_sizes: tuple[int, ...] = config_field((64, 64), "hidden layer widths of the actor and critic MLPs")
+    activation: str = config_field("tanh", "hidden activation: " + ", ".join(ACTIVATIONS))
 
-    # ---- derived values ----
-    @property
-    def batch_size(self) -> int:
-        """Environment steps per update, over all devices."""
-        return self.num_envs * self.num_steps
-
-    @property
-    def minibatch_size(self) -> int:
-        """Transitions per gradient step, over all devices."""
-        return self.batch_size // self.num_minibatches
-
-    @property
-    def num_updates(self) -> int:
-        """Updates (collect + learn) in a run; ``total_timesteps`` rounded down to whole rollouts."""
-        return self.total_timesteps // self.batch_size
-
+    # ---- derived values (batch_size and num_updates: AgentConfig) ----
     @property
     def num_gradient_steps(self) -> int:
         return self.num_updates * self.update_epochs * self.num_minibatches
@@ -63,33 +45,19 @@ class PPOConfig:
 
         return cls(**PRESETS.get(env_id, {}))
 
-    def replace(self, **changes) -> "PPOConfig":
-        return dataclasses.replace(self, **changes)
-
     def validate(self, num_devices: int = 1) -> "PPOConfig":
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
-        for name in ("num_envs", "num_steps", "total_timesteps", "update_epochs", "num_minibatches"):
+        super().validate(num_devices)
+        for name in ("update_epochs", "num_minibatches"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r}: must be a non-negative integer")
-        if self.num_envs % num_devices:
-            raise ValueError(
-                f"num_envs={self.num_envs} is not divisible by the device count {num_devices}: "
-                f"use a multiple of {num_devices} (e.g. {num_devices * max(1, self.num_envs // num_devices)})"
-            )
         local_batch = (self.num_envs // num_devices) * self.num_steps
         if local_batch % self.num_minibatches:
             raise ValueError(
                 f"num_minibatches={self.num_minibatches} does not divide the per-device batch "
                 f"(num_envs / devices * num_steps = {self.num_envs // num_devices} * {self.num_steps} = {local_batch}): "
                 "use a divisor of it"
-            )
-        if self.total_timesteps < self.batch_size:
-            raise ValueError(
-                f"total_timesteps={self.total_timesteps} is smaller than one rollout "
-                f"(num_envs * num_steps = {self.batch_size}): use at least {self.batch_size}"
             )
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr!r}: must be > 0")

@@ -1,13 +1,12 @@
-"""The per-device PPO program: collect, advantages, epochs of minibatch updates.
+"""The per-device PPO agent: act, learn from a collected batch (advantages, epochs of minibatch steps), and export
+its policy, on the engine's contract (``rlpar.agent.Agent``).
 
-Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradients, loss statistics, episode
-statistics and advantage-normalisation statistics are reduced over that axis, so every device applies the same
-update to the same parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business.
-
-Collectives are few, because on CPU each one is a rendezvous of the device threads that adds about half the cost
-of the small network's gradient itself: per update, one for the advantage statistics of every minibatch of every
-epoch (the shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all
-steps, and one each for episode and observation statistics.
+Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradients, loss statistics and
+advantage-normalisation statistics are reduced over that axis, so every device applies the same update to the same
+parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business. Collectives are few (each
+one is a rendezvous of the devices): per update, one for the advantage statistics of every minibatch of every epoch
+(the shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all steps,
+and one for the observation statistics.
 """
 
 from __future__ import annotations
@@ -20,26 +19,25 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
+from agents import platform
 from agents.advantages import gae, moments, normalize_with
+from agents.networks import ActorCritic, make_network
 from agents.normalization import RunningStats, init_stats, normalize_obs, update_stats
+from agents.optim import make_optimizer, make_vector_optimizer
 from agents.ppo.config import PPOConfig
 from agents.ppo.loss import LossInfo, ppo_loss
-from agents.ppo.network import ActorCritic, make_network
-from rlpar import rollout
-from rlpar.collectives import pmean, psum
-from rlpar.rollout import RolloutState, Transition
+from rlpar.collectives import pmean
+from rlpar.rollout import Experience
 
 
 @struct.dataclass
 class PPOState:
-    """Per-device training state; ``params`` and ``opt_state`` are identical on every device."""
+    """Per-device agent state; ``params``, ``opt_state`` and ``obs_stats`` are identical on every device."""
 
     params: Any
     opt_state: Any
-    rollout: RolloutState  # this device's envs, current observations and acting key
     key: jax.Array  # this device's key for minibatch shuffling
-    update_step: jax.Array  # updates done so far (int32 scalar)
-    obs_stats: RunningStats  # observation statistics (identical on every device; unused unless normalize_obs)
+    obs_stats: RunningStats  # observation statistics (unused unless normalize_obs)
 
 
 class Batch(NamedTuple):
@@ -54,105 +52,88 @@ class Batch(NamedTuple):
 
 
 class PPO(NamedTuple):
-    """The pure functions of one PPO agent on one device."""
+    """The pure functions of one PPO agent on one device: the ``rlpar.agent.Agent`` contract, plus its pieces."""
 
     network: ActorCritic
-    init: Callable[[jax.Array, jax.Array], PPOState]  # (key_params shared by devices, key_device) -> state
-    update: Callable[[PPOState], tuple[PPOState, dict]]  # one collect + learn step, metrics reduced over devices
-    grad: Callable[[Any, Batch], tuple[Any, LossInfo]]  # minibatch gradient, pmean-ed over devices
-    # (params, opt_state, batch, key) -> (params, opt_state, per-step LossInfo [E, M]): the epochs of minibatch
-    # steps ``update`` runs on a collected batch (observations already normalised when the config says so)
-    learn: Callable[[Any, Any, Batch, jax.Array], tuple[Any, Any, LossInfo]]
-    # (params, obs, key or None for greedy, obs_stats or None) -> action; pass the state's obs_stats when the
-    # config normalises observations
-    act: Callable[..., jax.Array]
+    init: Callable[[jax.Array, jax.Array], PPOState]
+    initial_carry: Callable[[int], Any]
+    act: Callable  # (state, carry, obs, key) -> (action, carry, {"log_prob", "value"})
+    bootstrap: Callable  # (state, carry, final_obs) -> V(final_obs) [B]
+    learn: Callable[[PPOState, Experience], tuple[PPOState, dict]]
+    policy: Callable  # (state, deterministic) -> (carry, obs, key) -> (action, carry)
+    grad: Callable[[Any, Batch], tuple[Any, LossInfo]]  # minibatch gradient and loss statistics, pmean-ed
+    # (params, opt_state, batch, key) -> (params, opt_state, per-step LossInfo [E, M]): the epochs of minibatch steps
+    # learn() runs on a collected batch (observations already normalised when the config says so)
+    fit: Callable[[Any, Any, Batch, jax.Array], tuple[Any, Any, LossInfo]]
 
 
-def episode_metrics(traj: Transition, axis_name: str | None) -> dict:
-    """Counts and sums over the episodes that ended in ``traj``, summed over devices (the host divides)."""
-    done = traj.episode_done.astype(jnp.float32)
-    return psum(
-        {
-            "episode/count": jnp.sum(done),
-            "episode/return_sum": jnp.sum(done * traj.episode_return),
-            "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
-        },
-        axis_name,
-    )
-
-
-def make_vector_optimizer(config: PPOConfig) -> optax.GradientTransformation:
-    """clip_by_global_norm -> Adam, with an optional linear decay of the learning rate to 0, for parameters raveled
-    into one vector (``jax.flatten_util.ravel_pytree``)."""
-    if config.anneal_lr:
-        lr = optax.linear_schedule(config.lr, 0.0, config.num_gradient_steps)
-    else:
-        lr = config.lr
-    return optax.chain(optax.clip_by_global_norm(config.max_grad_norm), optax.adam(lr, eps=1e-5))
-
-
-def make_optimizer(config: PPOConfig) -> optax.GradientTransformation:
-    """``make_vector_optimizer`` for parameter pytrees (``optax.flatten``): its state is the vector optimizer's.
-
-    The update runs on all parameters raveled into one vector: the same arithmetic, but a handful of fused kernels
-    per gradient step instead of a few per parameter array, which is what a small MLP's update costs on CPU.
-    """
-    return optax.flatten(make_vector_optimizer(config))
-
-
-def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name: str | None = None) -> PPO:
-    """Build the per-device PPO functions for ``num_local_envs`` environments on this device."""
+def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str | None = None) -> PPO:
+    """Build the per-device PPO functions for ``num_envs`` environments on this device."""
     obs_shape = env.observation_space(env_params).shape
     network = make_network(
         env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation
     )
-    tx = make_optimizer(config)
-    tx_vector = make_vector_optimizer(config)  # the same update on raveled parameters (used by learn())
+    tx = make_optimizer(config.lr, config.max_grad_norm, config.num_gradient_steps if config.anneal_lr else None)
 
     def prepare(obs_stats, obs):
         return normalize_obs(obs_stats, obs) if config.normalize_obs else obs
 
-    # The collector passes ``acting`` through untouched: here it is ``(params, obs_stats)``.
-    def policy_fn(acting, obs, key):
-        params, obs_stats = acting
-        pi, value = network.apply(params, prepare(obs_stats, obs), method=ActorCritic.distribution)
-        action = pi.sample(seed=key)
-        return action, pi.log_prob(action), value
-
-    def value_fn(acting, obs):
-        params, obs_stats = acting
-        return network.apply(params, prepare(obs_stats, obs), method=ActorCritic.value)
-
-    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, config.num_steps)
-
-    def init(key_params: jax.Array, key_device: jax.Array) -> PPOState:
+    def init(key_params: jax.Array, key_agent: jax.Array) -> PPOState:
         params = network.init(key_params, jnp.zeros((1, *obs_shape), jnp.float32))
-        key_env, key_learn = jax.random.split(key_device)
-        return PPOState(
-            params=params,
-            opt_state=tx.init(params),
-            rollout=rollout.reset(env, env_params, key_env, num_local_envs),
-            key=key_learn,
-            update_step=jnp.int32(0),
-            obs_stats=init_stats(obs_shape),
-        )
+        return PPOState(params=params, opt_state=tx.init(params), key=key_agent, obs_stats=init_stats(obs_shape))
 
-    def advantages(params, traj: Transition, last_obs: jax.Array):
-        last_value = value_fn(params, last_obs)
-        return gae(
-            traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value, last_value,
-            config.gamma, config.gae_lambda,
-        )
+    def act(state: PPOState, carry, obs, key):
+        pi, value = network.apply(state.params, prepare(state.obs_stats, obs), method=ActorCritic.distribution)
+        action = pi.sample(seed=key)
+        return action, carry, {"log_prob": pi.log_prob(action), "value": value}
 
-    def loss_fn(params, batch: Batch, adv_moments: jax.Array):  # batch.obs is already normalised (see update)
+    def value_of(state: PPOState, obs):
+        return network.apply(state.params, prepare(state.obs_stats, obs), method=ActorCritic.value)
+
+    def policy(state: PPOState, deterministic: bool = True):
+        def fn(carry, obs, key):
+            pi, _ = network.apply(state.params, prepare(state.obs_stats, obs), method=ActorCritic.distribution)
+            return (pi.mode() if deterministic else pi.sample(seed=key)), carry
+
+        return fn
+
+    grad, fit = _make_fit(config, network, axis_name)
+
+    def learn(state: PPOState, experience: Experience) -> tuple[PPOState, dict]:
+        traj = experience.traj
+        advantage, target = gae(
+            traj.reward, traj.extras["value"], traj.terminated, traj.truncated, traj.final,
+            value_of(state, experience.end.obs), config.gamma, config.gae_lambda,
+        )
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # [T, B, ...] -> [T * B, ...]
+        obs = flat(traj.obs)
+        # Learn on observations normalised with the statistics the actions were taken with; refresh them after.
+        batch = Batch(prepare(state.obs_stats, obs), flat(traj.action), flat(traj.extras["log_prob"]),
+                      flat(traj.extras["value"]), flat(advantage), flat(target))
+        key, key_fit = jax.random.split(state.key)
+        params, opt_state, infos = fit(state.params, state.opt_state, batch, key_fit)
+        # Loss statistics: the mean over steps of each device's values, then over devices (one collective).
+        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
+        obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
+        return PPOState(params, opt_state, key, obs_stats), metrics
+
+    return PPO(network=network, init=init, initial_carry=lambda n: (), act=act,
+               bootstrap=lambda state, carry, obs: value_of(state, obs), learn=learn, policy=policy, grad=grad, fit=fit)
+
+
+def _make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
+    """``(grad, fit)``: one minibatch's pmean-ed gradient, and the epochs of minibatch steps over a batch."""
+    tx_vector = make_vector_optimizer(config.lr, config.max_grad_norm,
+                                      config.num_gradient_steps if config.anneal_lr else None)
+    tx = optax.flatten(tx_vector)  # = make_optimizer's: the same state on either path
+
+    def loss_fn(params, batch: Batch, adv_moments: jax.Array):  # batch.obs is already normalised
         pi, value = network.apply(params, batch.obs, method=ActorCritic.distribution)
         advantage = normalize_with(batch.advantage, adv_moments) if config.normalize_advantages else batch.advantage
         return ppo_loss(
             pi.log_prob(batch.action), pi.entropy(), value, batch.log_prob, batch.value, advantage, batch.target,
-            clip_eps=config.clip_eps,
-            vf_clip_eps=config.clip_eps if config.clip_value else None,
-            vf_coef=config.vf_coef,
-            ent_coef=config.ent_coef,
+            clip_eps=config.clip_eps, vf_clip_eps=config.clip_eps if config.clip_value else None,
+            vf_coef=config.vf_coef, ent_coef=config.ent_coef,
         )
 
     def local_grad(loss, params, batch: Batch, adv_moments: jax.Array):
@@ -164,64 +145,49 @@ def make_ppo(config: PPOConfig, env, env_params, num_local_envs: int, axis_name:
         grads, info = local_grad(loss_fn, params, batch, moments(batch.advantage, axis_name))
         return grads, pmean(info, axis_name)
 
-    def learn(params, opt_state, batch: Batch, key: jax.Array):
+    def fit(params, opt_state, batch: Batch, key: jax.Array):
         """``update_epochs`` passes over ``batch`` in shuffled minibatches; returns new params, optimizer state and
         each step's (per-device) loss statistics ``[E, M]``.
 
-        The steps run on the parameters raveled into one vector, so the gradient arrives as one vector (one
-        collective, one fused optimizer update) and the per-array slicing happens only in the forward pass.
+        On the XLA:CPU fast path (``agents.platform``) the steps run on the parameters raveled into one vector: the
+        gradient arrives as one vector (one collective, one fused optimizer update) and the per-array slicing
+        happens only in the forward pass. Elsewhere they run on the pytree. The optimizer state is the same either
+        way (``agents.optim.make_optimizer``).
         """
-        flat_params, unravel = ravel_pytree(params)
-        flat_loss = lambda v, b, m: loss_fn(unravel(v), b, m)
+        if platform.cpu_fast_paths():
+            flat_params, unravel = ravel_pytree(params)
+            step_loss, step_tx = (lambda v, b, m: loss_fn(unravel(v), b, m)), tx_vector
+        else:
+            flat_params, unravel = params, (lambda p: p)
+            step_loss, step_tx = loss_fn, tx
 
         def minibatch_step(carry, minibatch):
-            v, opt_state = carry
-            grads, info = local_grad(flat_loss, v, *minibatch)
-            updates, opt_state = tx_vector.update(grads, opt_state, v)
-            return (v + updates, opt_state), info
+            p, opt_state = carry
+            grads, info = local_grad(step_loss, p, *minibatch)
+            updates, opt_state = step_tx.update(grads, opt_state, p)
+            return (jax.tree.map(jnp.add, p, updates), opt_state), info
+
+        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name)
 
         def epoch(carry, xs):
-            perm, adv_moments = xs  # [N], [M, 2]
+            perm, epoch_moments = xs  # [N], [M, 2]
             minibatches = jax.tree.map(
                 lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
             )
-            return jax.lax.scan(minibatch_step, carry, (minibatches, adv_moments))
+            return jax.lax.scan(minibatch_step, carry, (minibatches, epoch_moments))
 
-        n = batch.advantage.shape[0]
-        perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
-        # Every minibatch's advantage moments over all devices, for all epochs at once: [E, M, 2], one collective.
-        if config.normalize_advantages:
-            minibatch_advantages = batch.advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
-            adv_moments = moments(minibatch_advantages, axis_name, axis=-1)
-        else:  # unused by the loss: no collective for them
-            adv_moments = jnp.zeros((config.update_epochs, config.num_minibatches, 2), jnp.float32)
         (flat_params, opt_state), infos = jax.lax.scan(epoch, (flat_params, opt_state), (perms, adv_moments))
         return unravel(flat_params), opt_state, infos
 
-    def update(state: PPOState) -> tuple[PPOState, dict]:
-        acting = (state.params, state.obs_stats)
-        rollout_state, traj = collect(acting, state.rollout)
-        advantage, target = advantages(acting, traj, rollout_state.obs)
-        flat = lambda x: x.reshape((-1,) + x.shape[2:])  # [T, B, ...] -> [T * B, ...]
-        obs = flat(traj.obs)
-        # Learn on observations normalised with the statistics the actions were taken with; refresh them after.
-        batch = Batch(prepare(state.obs_stats, obs), flat(traj.action), flat(traj.log_prob), flat(traj.value),
-                      flat(advantage), flat(target))
-        key, key_learn = jax.random.split(state.key)
-        params, opt_state, infos = learn(state.params, state.opt_state, batch, key_learn)
-        # Loss statistics: the mean over steps of each device's values, then over devices (one collective).
-        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
-        metrics.update(episode_metrics(traj, axis_name))
-        obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
-        new_state = PPOState(params, opt_state, rollout_state, key, state.update_step + 1, obs_stats)
-        return new_state, metrics
+    return grad, fit
 
-    def act(params, obs, key=None, obs_stats=None):
-        if config.normalize_obs:
-            if obs_stats is None:
-                raise ValueError("this config normalises observations: pass act(..., obs_stats=state.obs_stats)")
-            obs = normalize_obs(obs_stats, obs)
-        pi, _ = network.apply(params, obs, method=ActorCritic.distribution)
-        return pi.mode() if key is None else pi.sample(seed=key)
 
-    return PPO(network=network, init=init, update=update, grad=grad, learn=learn, act=act)
+def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None):
+    """Every epoch's permutation ``[E, N]`` and every minibatch's advantage moments over all devices ``[E, M, 2]``
+    (one collective for all of them; zeros, and no collective, when advantages are not normalised)."""
+    n = advantage.shape[0]
+    perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
+    if config.normalize_advantages:
+        minibatch_advantages = advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
+        return perms, moments(minibatch_advantages, axis_name, axis=-1)
+    return perms, jnp.zeros((config.update_epochs, config.num_minibatches, 2), jnp.float32)

@@ -1,15 +1,18 @@
 """Recurrent PPO: a GRU policy for partially observable environments (``python -m rlpar.train ppo_rnn``)."""
 
 from agents.ppo_rnn.config import RecurrentPPOConfig
-from agents.ppo_rnn.learner import RecurrentPPO, RecurrentPPOState, RecurrentRollout, Sequences, make_ppo_rnn
+from agents.ppo_rnn.learner import RecurrentPPO, RecurrentPPOState, Sequences, make_ppo_rnn
 from agents.ppo_rnn.network import RecurrentActorCritic, unroll
+from rlpar.agent import AgentSpec
+
+SPEC = AgentSpec(name="ppo_rnn", config_cls=RecurrentPPOConfig, make=make_ppo_rnn)
 
 __all__ = [
     "RecurrentActorCritic",
     "RecurrentPPO",
     "RecurrentPPOConfig",
     "RecurrentPPOState",
-    "RecurrentRollout",
+    "SPEC",
     "Sequences",
     "make_ppo_rnn",
     "unroll",

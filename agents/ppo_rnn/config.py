@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agents.ppo.config import PPOConfig, _f
+from agents.ppo.config import PPOConfig
+from rlpar.agent import config_field
 
 
 @dataclass(frozen=True)
@@ -12,8 +13,9 @@ class RecurrentPPOConfig(PPOConfig):
     """PPO with a GRU policy. Minibatches split the environments (never time), so each minibatch holds whole
     ``num_steps``-long sequences replayed from the hidden state the rollout started with."""
 
-    gru_size: int = _f(64, "GRU hidden-state size")
-    hidden_sizes: tuple[int, ...] = _f((64,), "hidden layer widths of the actor and critic heads after the GRU")
+    gru_size: int = config_field(64, "GRU hidden-state size")
+    hidden_sizes: tuple[int, ...] = config_field((64,), "hidden layer widths of the actor and critic heads after the "
+                                                        "GRU")
 
     @classmethod
     def for_env(cls, env_id: str) -> "RecurrentPPOConfig":

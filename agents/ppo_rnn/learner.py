@@ -1,8 +1,8 @@
 """The per-device recurrent PPO program (GRU policy), pure and taking ``axis_name`` like ``agents.ppo``.
 
-Differences from feed-forward PPO: the collector carries the GRU state and a ``reset`` flag (True where the
-observation starts a new episode, so the state is zeroed there); learning replays each environment's whole
-``[T]`` sequence from the hidden state the rollout started with, so minibatches split environments, never time.
+Differences from feed-forward PPO: the GRU state is the agent's carry, which the engine's collector resets to zeros
+where an episode ends; learning replays each environment's whole ``[T]`` sequence from the carry the collect started
+with (resetting it where episodes start, as the collector did), so minibatches split environments, never time.
 """
 
 from __future__ import annotations
@@ -15,30 +15,19 @@ import optax
 from flax import struct
 
 from agents.advantages import gae, normalize
-from agents.ppo.learner import episode_metrics, make_optimizer
-from agents.ppo.loss import LossInfo, ppo_loss
+from agents.optim import make_optimizer
+from agents.ppo.loss import ppo_loss
 from agents.ppo_rnn.config import RecurrentPPOConfig
 from agents.ppo_rnn.network import RecurrentActorCritic, distribution, unroll
 from rlpar.collectives import pmean
-from rlpar.rollout import Transition
-
-
-@struct.dataclass
-class RecurrentRollout:
-    env_state: Any  # batched env state, leaves [B, ...]
-    obs: jax.Array  # [B, obs_dim] current observation
-    reset: jax.Array  # [B] bool, obs is the first of an episode (zero the GRU state before reading it)
-    hidden: jax.Array  # [B, H] GRU state after the previous step
-    key: jax.Array
+from rlpar.rollout import Experience
 
 
 @struct.dataclass
 class RecurrentPPOState:
     params: Any
     opt_state: Any
-    rollout: RecurrentRollout
     key: jax.Array  # minibatch shuffling
-    update_step: jax.Array
 
 
 class Sequences(NamedTuple):
@@ -55,12 +44,18 @@ class Sequences(NamedTuple):
 
 
 class RecurrentPPO(NamedTuple):
+    """The ``rlpar.agent.Agent`` functions of recurrent PPO; the carry is the GRU state ``[B, H]``."""
+
     network: RecurrentActorCritic
     init: Callable[[jax.Array, jax.Array], RecurrentPPOState]
-    update: Callable[[RecurrentPPOState], tuple[RecurrentPPOState, dict]]
+    initial_carry: Callable[[int], jax.Array]
+    act: Callable
+    bootstrap: Callable
+    learn: Callable[[RecurrentPPOState, Experience], tuple[RecurrentPPOState, dict]]
+    policy: Callable
 
 
-def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: int,
+def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_envs: int,
                  axis_name: str | None = None) -> RecurrentPPO:
     obs_shape = env.observation_space(env_params).shape
     if not hasattr(env.action_space(env_params), "n"):
@@ -70,40 +65,34 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
         raise ValueError(f"ppo_rnn takes vector observations; {env.name} gives shape {obs_shape}")
     network = RecurrentActorCritic(env.action_space(env_params).n, config.gru_size, tuple(config.hidden_sizes),
                                    config.activation)
-    tx = make_optimizer(config)
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    decay = config.num_updates * config.update_epochs * config.num_minibatches if config.anneal_lr else None
+    tx = make_optimizer(config.lr, config.max_grad_norm, decay)
 
-    def init(key_params, key_device) -> RecurrentPPOState:
-        b = num_local_envs
+    def init(key_params, key_agent) -> RecurrentPPOState:
         params = network.init(key_params, network.initial_hidden(1), jnp.zeros((1, *obs_shape)), jnp.ones(1, bool))
-        key_env, key_act, key_learn = jax.random.split(key_device, 3)
-        obs, env_state = jax.vmap(env.reset, in_axes=(0, None))(jax.random.split(key_env, b), env_params)
-        rollout = RecurrentRollout(env_state, obs, jnp.ones(b, bool), network.initial_hidden(b), key_act)
-        return RecurrentPPOState(params, tx.init(params), rollout, key_learn, jnp.int32(0))
+        return RecurrentPPOState(params, tx.init(params), key_agent)
 
-    def env_step(params, carry: RecurrentRollout, _):
-        key, key_act, key_env = jax.random.split(carry.key, 3)
-        hidden, logits, value = network.apply(params, carry.hidden, carry.obs, carry.reset)
+    def step(state: RecurrentPPOState, hidden, obs):
+        """One GRU step from ``hidden`` (the collector has already reset it where an episode starts)."""
+        return network.apply(state.params, hidden, obs, jnp.zeros(obs.shape[0], bool))
+
+    def act(state: RecurrentPPOState, hidden, obs, key):
+        hidden, logits, value = step(state, hidden, obs)
         pi = distribution(logits)
-        action = pi.sample(seed=key_act)
-        obs, env_state, reward, terminated, truncated, info = step_envs(
-            jax.random.split(key_env, carry.obs.shape[0]), carry.env_state, action, env_params
-        )
-        truncated = truncated & ~terminated
-        # V(final observation) continues the same episode: one more GRU step from the post-step hidden state.
-        _, _, final_value = network.apply(params, hidden, info["final_observation"], jnp.zeros_like(truncated))
-        done = terminated | truncated
-        transition = Transition(
-            obs=carry.obs, action=action, log_prob=pi.log_prob(action), value=value, reward=reward,
-            terminated=terminated, truncated=truncated, final_value=jnp.where(truncated, final_value, 0.0),
-            episode_return=info["episode_return"], episode_length=info["episode_length"],
-            episode_done=info["episode_done"],
-        )
-        next_carry = RecurrentRollout(env_state, obs, done, hidden, key)
-        return next_carry, (transition, carry.reset)
+        action = pi.sample(seed=key)
+        return action, hidden, {"log_prob": pi.log_prob(action), "value": value}
 
-    def collect(params, rollout: RecurrentRollout):
-        return jax.lax.scan(lambda c, x: env_step(params, c, x), rollout, None, length=config.num_steps)
+    def bootstrap(state: RecurrentPPOState, hidden, final_obs):
+        # V(final observation) continues the same episode: one more GRU step from the hidden state after the step.
+        return step(state, hidden, final_obs)[2]
+
+    def policy(state: RecurrentPPOState, deterministic: bool = True):
+        def fn(hidden, obs, key):
+            hidden, logits, _ = step(state, hidden, obs)
+            pi = distribution(logits)
+            return (pi.mode() if deterministic else pi.sample(seed=key)), hidden
+
+        return fn
 
     def loss_fn(params, seq: Sequences):
         _, logits, value = unroll(network, params, seq.hidden0, seq.obs, seq.reset)
@@ -126,7 +115,7 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
 
     def update_epoch(carry, key_perm):
         params, opt_state, seq = carry
-        perm = jax.random.permutation(key_perm, num_local_envs)
+        perm = jax.random.permutation(key_perm, num_envs)
         m = config.num_minibatches
 
         def split(x, env_axis):  # [.., B, ..] -> [M, .., B/M, ..] along the env axis
@@ -138,18 +127,18 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_local_envs: in
         (params, opt_state), infos = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
         return (params, opt_state, seq), infos
 
-    def update(state: RecurrentPPOState):
-        hidden0 = state.rollout.hidden
-        rollout, (traj, reset) = collect(state.params, state.rollout)
-        _, _, last_value = network.apply(state.params, rollout.hidden, rollout.obs, rollout.reset)
-        advantage, target = gae(traj.reward, traj.value, traj.terminated, traj.truncated, traj.final_value,
-                                last_value, config.gamma, config.gae_lambda)
-        seq = Sequences(traj.obs, reset, traj.action, traj.log_prob, traj.value, advantage, target, hidden0)
+    def learn(state: RecurrentPPOState, experience: Experience):
+        traj, start, end = experience
+        # obs[t] starts an episode where step t-1 ended one; at t = 0 the collector already reset the carry.
+        reset = jnp.concatenate([jnp.zeros_like(traj.episode_done[:1]), traj.episode_done[:-1]])
+        advantage, target = gae(traj.reward, traj.extras["value"], traj.terminated, traj.truncated, traj.final,
+                                step(state, end.carry, end.obs)[2], config.gamma, config.gae_lambda)
+        seq = Sequences(traj.obs, reset, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage,
+                        target, start.carry)
         key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
         (params, opt_state, _), infos = jax.lax.scan(update_epoch, (state.params, state.opt_state, seq),
                                                      jnp.stack(epoch_keys))
         metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
-        metrics.update(episode_metrics(traj, axis_name))
-        return RecurrentPPOState(params, opt_state, rollout, key, state.update_step + 1), metrics
+        return RecurrentPPOState(params, opt_state, key), metrics
 
-    return RecurrentPPO(network, init, update)
+    return RecurrentPPO(network, init, network.initial_hidden, act, bootstrap, learn, policy)

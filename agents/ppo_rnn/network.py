@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from agents.ppo.network import MLP, policy
+from agents.networks import MLP, policy
 
 
 class RecurrentActorCritic(nn.Module):

@@ -1,4 +1,4 @@
-"""Actor-critic networks (flax.linen) and the distrax policies they define.
+"""Shared network pieces (flax.linen): MLP and CNN torsos, the actor-critic, the distrax policies they define.
 
 The torso is chosen by observation shape: vectors ``[obs_dim]`` go through an MLP, images ``[H, W, C]`` (MinAtar,
 Pong) through a small CNN. The head is chosen by action space: ``Discrete(n)`` gives a categorical policy over
@@ -15,9 +15,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnax.environments import spaces
-
-from agents.layers import Dense
+from agents.layers import Conv3x3, Dense
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 
@@ -25,7 +23,7 @@ ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 class MLP(nn.Module):
     """Hidden layers with orthogonal(sqrt 2) init, then a linear head with orthogonal(``head_scale``) init.
 
-    Its layers are ``agents.layers.Dense``: ``nn.Dense``'s parameters, with a backward pass suited to XLA:CPU.
+    Its layers are ``agents.layers.Dense``: ``nn.Dense``'s parameters (and, on XLA:CPU, a faster backward pass).
     """
 
     hidden_sizes: Sequence[int]
@@ -41,30 +39,18 @@ class MLP(nn.Module):
         return Dense(self.out_size, kernel_init=nn.initializers.orthogonal(self.head_scale))(x)
 
 
-def patches3x3(x: jax.Array) -> jax.Array:
-    """``[N, H, W, C] -> [N, H, W, 9 C]``: each pixel's 3x3 neighbourhood (zero-padded at the border)."""
-    h, w = x.shape[-3:-1]
-    padded = jnp.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
-    return jnp.concatenate([padded[:, i:i + h, j:j + w, :] for i in range(3) for j in range(3)], axis=-1)
-
-
 class ConvTorso(nn.Module):
     """One 3x3 convolution (16 channels, stride 1, SAME padding, ReLU; the MinAtar paper's network) over
-    ``[..., H, W, C]``, flattened to ``[..., H * W * channels]``.
-
-    Written as a dense layer over 3x3 patches (the same linear map as ``nn.Conv``): XLA:CPU runs convolutions inside
-    loops (every training step here runs inside ``lax.scan``) about 8x slower than the equivalent matmul, measured
-    on a 2-core CPU (0.8 s vs 0.09 s for 4 minibatch gradients of 512 MinAtar frames).
-    """
+    ``[..., H, W, C]``, flattened to ``[..., H * W * channels]``. ``agents.layers.Conv3x3`` (``nn.Conv``'s parameters;
+    on XLA:CPU computed as a dense layer over 3x3 patches, see ``agents.platform``)."""
 
     channels: int = 16
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         batch_shape = x.shape[:-3]
-        x = x.reshape((-1,) + x.shape[-3:]).astype(jnp.float32)
         kernel_init = nn.initializers.orthogonal(np.sqrt(2.0))
-        x = nn.relu(nn.Dense(self.channels, kernel_init=kernel_init)(patches3x3(x)))
+        x = nn.relu(Conv3x3(self.channels, kernel_init=kernel_init)(x.astype(jnp.float32)))
         return x.reshape(batch_shape + (-1,))
 
 
@@ -124,7 +110,7 @@ def policy(logits: jax.Array) -> distrax.Categorical:
 
 def make_network(observation_space, action_space, hidden_sizes: Sequence[int], activation: str) -> ActorCritic:
     """The actor-critic that fits these spaces (see module docstring)."""
-    continuous = isinstance(action_space, spaces.Box)
+    continuous = not hasattr(action_space, "n")  # gymnax Discrete has n; Box has low, high, shape
     action_dim = int(np.prod(action_space.shape)) if continuous else int(action_space.n)
     image = len(observation_space.shape) == 3
     return ActorCritic(action_dim, continuous, image, tuple(hidden_sizes), activation)

@@ -1,0 +1,47 @@
+"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, or ``package.module:ATTR``.
+
+The engine never imports this module or the agents; the CLI, evaluation and resume do.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from rlpar.agent import AgentSpec
+
+# name -> "module:attribute" of its AgentSpec, imported on first use
+AGENTS: dict[str, str] = {
+    "ppo": "agents.ppo:SPEC",
+    "ppo_rnn": "agents.ppo_rnn:SPEC",
+}
+
+
+def names() -> list[str]:
+    return sorted(AGENTS)
+
+
+def register(name: str, target: str | AgentSpec) -> None:
+    """Add an agent name for the CLI: ``target`` is an ``AgentSpec`` or its ``"module:attribute"``."""
+    AGENTS[name] = target
+
+
+def get(name: str) -> AgentSpec:
+    """The agent ``name`` (a registered name, or ``package.module:ATTR`` naming an ``AgentSpec``); ``ValueError``
+    saying what is accepted otherwise."""
+    target = AGENTS.get(name, name if ":" in str(name) else None)
+    if target is None:
+        raise ValueError(f"unknown agent {name!r}: known agents are {', '.join(names())}, or give "
+                         "package.module:ATTR naming an rlpar.agent.AgentSpec")
+    if isinstance(target, AgentSpec):
+        return target
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"agent {name!r}: cannot import module {module_name!r} ({err})") from None
+    spec = getattr(module, attr, None)
+    if not isinstance(spec, AgentSpec):
+        found = "nothing" if spec is None else type(spec).__name__
+        raise ValueError(f"agent {name!r}: {module_name}.{attr} is {found}, not an rlpar.agent.AgentSpec "
+                         "(AgentSpec(name, config_cls, make))")
+    return spec
