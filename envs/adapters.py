@@ -78,11 +78,13 @@ class FiveToSixStep(Wrapper):
     3. nothing exposed: every ``done`` counts as ``terminated`` (the pre-1.0 reading; truncation is not
        bootstrapped).
 
-    ``terminated = done & ~truncated``; the two are never both true.
+    ``terminated = done & ~truncated``; the two are never both true. ``params`` (default: the env's
+    ``default_params``) only serve to trace one step at wrap time; ``step`` takes its own.
     """
 
-    def __init__(self, env: Any, params: Any):
+    def __init__(self, env: Any, params: Any = None):
         super().__init__(env)
+        params = env.default_params if params is None else params
         missing = [m for m in ("step_env", "reset_env") if not callable(getattr(env, m, None))]
         if missing:
             raise ValueError(
@@ -90,7 +92,7 @@ class FiveToSixStep(Wrapper):
                 f"{' or '.join(missing)}: the five-value adapter needs step_env(key, state, action, params) and "
                 "reset_env(key, params) without auto-reset, to see the observation before the reset"
             )
-        obs, state, reward, done, info = _trace_step(env, params, env.step_env)
+        _, state, _, _, info = _trace_step(env, params, env.step_env)
         self._info_key = next((k for k in TRUNCATION_INFO_KEYS if isinstance(info, dict) and k in info), None)
         self._clock = next(
             ((s, p) for s, p in TIME_LIMIT_FIELDS if hasattr(state, s) and hasattr(params, p)), None

@@ -57,7 +57,8 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
       overwrite: replace an id that already exists (a gymnax id, a probe, or an earlier registration).
 
     Raises:
-      ValueError: ``env_id`` is not a non-empty string, or already exists and ``overwrite`` is False.
+      ValueError: ``env_id`` is not a non-empty string without ``":"`` (that form names a module), or already
+        exists and ``overwrite`` is False.
       TypeError: ``factory`` is not callable.
     """
     if not isinstance(env_id, str) or not env_id or ":" in env_id:
