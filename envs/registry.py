@@ -1,53 +1,172 @@
-"""``envs.make``: one entry point for gymnax environments and the project's probe environments."""
+"""``envs.make``: one entry point for gymnax environments, the probes, registered ids and users' own envs.
+
+gymnax is imported inside the functions that need it: ``import gymnax`` starts JAX's backends, and importing
+``envs`` must not.
+"""
 
 from __future__ import annotations
 
 import difflib
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any
 
-import gymnax
-
+from envs.adapters import adapt_step
 from envs.probes import PROBES
-from gymnax.environments import spaces
-
 from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
+
+# id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
+_FACTORIES: dict[str, Callable[..., Any]] = {}
+
+_ACCEPTED = (
+    "a gymnax id, a probe id, an id added with envs.register, 'package.module:attribute' (a factory or an "
+    "environment class), or an environment instance"
+)
+
+
+def _make_probe(env_id: str, **env_kwargs):
+    return PROBES[env_id](**env_kwargs)
+
+
+for _probe_id in PROBES:
+    _FACTORIES[_probe_id] = functools.partial(_make_probe, _probe_id)
+
+
+def _gymnax_ids() -> list[str]:
+    import gymnax
+
+    return list(gymnax.registered_envs)
 
 
 def env_ids() -> list[str]:
-    """Every id ``make`` accepts: gymnax's registered environments, then the probes."""
-    return list(gymnax.registered_envs) + list(PROBES)
+    """Every id ``make`` accepts: gymnax's registered environments, then the probes, then ids added by ``register``.
+
+    (``make`` also accepts ``"package.module:attribute"`` strings and environment instances, not listed here.)
+    """
+    return [i for i in _gymnax_ids() if i not in _FACTORIES] + list(_FACTORIES)
 
 
-def make(env_id: str, *, flatten: bool | None = None, **env_kwargs):
+def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = False) -> None:
+    """Add ``env_id`` to ``make`` and ``env_ids``.
+
+    Args:
+      env_id: the new id, e.g. ``"MyGrid-v0"``.
+      factory: ``factory(**env_kwargs)`` returns a gymnax-API environment instance, or ``(env, env_params)``; an
+        environment class works as it is. Called by each ``make(env_id, **env_kwargs)``.
+      overwrite: replace an id that already exists (a gymnax id, a probe, or an earlier registration).
+
+    Raises:
+      ValueError: ``env_id`` is not a non-empty string without ``":"`` (that form names a module), or already
+        exists and ``overwrite`` is False.
+      TypeError: ``factory`` is not callable.
+    """
+    if not isinstance(env_id, str) or not env_id or ":" in env_id:
+        raise ValueError(f"env id must be a non-empty string without ':', got {env_id!r}")
+    if not callable(factory):
+        raise TypeError(f"factory for {env_id!r} must be callable, got {type(factory).__name__}")
+    if not overwrite and (env_id in _FACTORIES or env_id in _gymnax_ids()):
+        raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
+    _FACTORIES[env_id] = factory
+
+
+def _is_env(obj: Any) -> bool:
+    """Duck-typed check for a gymnax-API environment instance (classes are factories, not instances)."""
+    return not isinstance(obj, type) and all(hasattr(obj, m) for m in ("reset", "step", "action_space"))
+
+
+def _from_spec(spec: str) -> Callable[..., Any] | Any:
+    """The object ``"package.module:attribute"`` names (a factory, an environment class or an instance)."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"env {spec!r}: expected 'package.module:attribute'; accepted: {_ACCEPTED}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"env {spec!r}: cannot import module {module_name!r} ({err}); accepted: {_ACCEPTED}") from None
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"env {spec!r}: module {module_name!r} has no attribute {attr!r}; accepted: {_ACCEPTED}") \
+            from None
+
+
+def _unknown(env_id: Any) -> ValueError:
+    known = env_ids()
+    close = difflib.get_close_matches(str(env_id), known, n=3, cutoff=0.4)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return ValueError(f"unknown env {env_id!r}.{hint} Known envs: {', '.join(known)}; also accepted: {_ACCEPTED}")
+
+
+def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
+    """``(env, env_params or None)`` from a factory, a class, or an instance (which takes no kwargs)."""
+    if _is_env(factory):
+        if env_kwargs:
+            raise ValueError(f"env {what}: env_kwargs {sorted(env_kwargs)} given for an environment instance")
+        return factory, None
+    if not callable(factory):
+        raise ValueError(f"env {what}: {type(factory).__name__} is neither callable nor an environment; "
+                         f"accepted: {_ACCEPTED}")
+    made = factory(**env_kwargs)
+    if isinstance(made, tuple) and len(made) == 2 and _is_env(made[0]):
+        return made
+    if _is_env(made):
+        return made, None
+    raise ValueError(f"env {what}: the factory returned {type(made).__name__}, expected an environment instance "
+                     "or (env, env_params)")
+
+
+def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
+    """``(raw env, env_params or None)`` for anything ``make`` accepts."""
+    if not isinstance(env, str):
+        if _is_env(env):
+            return _call_factory(type(env).__name__, env, env_kwargs)
+        raise _unknown(env)
+    if env in _FACTORIES:
+        return _call_factory(repr(env), _FACTORIES[env], env_kwargs)
+    if ":" in env:
+        return _call_factory(repr(env), _from_spec(env), env_kwargs)
+    if env in _gymnax_ids():
+        import gymnax
+
+        return gymnax.make(env, **env_kwargs)
+    raise _unknown(env)
+
+
+def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env_kwargs):
     """Build an environment ready for the engine.
 
     Args:
-      env_id: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...) or a probe id (``"Probe-OneStep-v0"``).
+      env: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...), a probe id (``"Probe-OneStep-v0"``), an id
+        added with ``register``, ``"package.module:attribute"`` naming a factory or environment class (called with
+        ``**env_kwargs``, see ``register``), or a gymnax-API environment instance. Five-value ``step`` envs
+        (gymnax 0.0.x style) are adapted to six values by ``envs.adapters.FiveToSixStep``.
       flatten: flatten observations to float32 vectors (for MLP policies); ``None`` (default) flattens everything
-        but images ``[H, W, C]``, which CNN policies take as they are.
-      **env_kwargs: passed to the environment's constructor.
+        but images ``[H, W, C]``, which CNN policies take as they are. Dict and tuple observations are always
+        flattened.
+      env_params: parameters to use instead of the env's own (those a factory returned, else ``default_params``).
+      **env_kwargs: passed to the environment's constructor or factory (not accepted with an instance).
 
     Returns:
       ``(env, env_params)``: the env wrapped in ``EpisodeStatistics`` (and ``FlattenObservation``; and, for
-      ``Box`` action spaces, ``RescaleAction`` so the agent acts in ``[-1, 1]^d``), keeping gymnax 1.0's six-value
-      ``step``; ``env_params`` is its default parameter struct.
+      ``Box`` action spaces, ``RescaleAction`` so the agent acts in ``[-1, 1]^d``), with gymnax 1.0's six-value
+      ``step``.
 
     Raises:
-      ValueError: for an unknown id, listing the closest known ids.
+      ValueError: for an unknown id (listing the closest known ids), a bad ``module:attribute``, or a factory that
+        returns no environment.
     """
-    if not isinstance(env_id, str) or env_id not in env_ids():
-        known = env_ids()
-        close = difflib.get_close_matches(str(env_id), known, n=3, cutoff=0.4)
-        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-        raise ValueError(f"unknown env {env_id!r}.{hint} Known envs: {', '.join(known)}")
-    if env_id in PROBES:
-        env = PROBES[env_id](**env_kwargs)
-        env_params = env.default_params
-    else:
-        env, env_params = gymnax.make(env_id, **env_kwargs)
-    if isinstance(env.action_space(env_params), spaces.Box):
-        env = RescaleAction(env)
+    from gymnax.environments import spaces
+
+    raw, made_params = _resolve(env, env_kwargs)
+    if env_params is None:
+        env_params = raw.default_params if made_params is None else made_params
+    wrapped = adapt_step(raw, env_params)
+    if isinstance(wrapped.action_space(env_params), spaces.Box):
+        wrapped = RescaleAction(wrapped)
     if flatten is None:
-        flatten = len(env.observation_space(env_params).shape) != 3
+        obs_space = wrapped.observation_space(env_params)
+        flatten = isinstance(obs_space, (spaces.Dict, spaces.Tuple)) or len(obs_space.shape) != 3
     if flatten:
-        env = FlattenObservation(env)
-    return EpisodeStatistics(env), env_params
+        wrapped = FlattenObservation(wrapped)
+    return EpisodeStatistics(wrapped), env_params

@@ -10,18 +10,26 @@ the next episode, and ``info["final_observation"]`` is the observation the finis
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+
+# gymnax is imported inside the functions that need its spaces: ``import gymnax`` starts JAX's backends, and
+# importing ``envs`` must not (the CLI sets devices and platforms after importing the package).
 
 
-class Wrapper(environment.Environment):
-    """Base wrapper: forwards everything it does not override to the wrapped env."""
+class Wrapper:
+    """Base wrapper: forwards everything it does not override to the wrapped env.
 
-    def __init__(self, env: environment.Environment):
+    A plain class with gymnax's duck-typed environment interface (``reset``, ``step``, ``observation_space``,
+    ``action_space``, ``default_params``, ``name``, ``num_actions``), so wrapping needs no gymnax import. Any other
+    attribute (``step_env``, ``is_terminal``, ``state_space``, ...) is looked up on the wrapped env.
+    """
+
+    def __init__(self, env: Any):
         self._env = env
 
     def __getattr__(self, name: str) -> Any:
@@ -31,7 +39,7 @@ class Wrapper(environment.Environment):
         return getattr(self._env, name)
 
     @property
-    def unwrapped(self) -> environment.Environment:
+    def unwrapped(self) -> Any:
         env = self._env
         while isinstance(env, Wrapper):
             env = env._env
@@ -65,26 +73,22 @@ class Wrapper(environment.Environment):
 class FlattenObservation(Wrapper):
     """Flattens observations (and ``info["final_observation"]``) to float32 vectors ``[obs_dim]``.
 
-    A ``Discrete(n)`` observation (e.g. FrozenLake's state index) becomes a one-hot vector ``[n]``. Use this wrapper
-    for MLP policies; image policies keep the original shape (``envs.make(flatten=False)``).
+    - ``Box`` of any shape: reshaped to ``[prod(shape)]`` and cast to float32.
+    - ``Discrete(n)`` (e.g. FrozenLake's state index): a one-hot vector ``[n]``.
+    - ``Dict``: its entries in sorted key order, ``Tuple``: its entries in order, each flattened by these rules
+      (recursively) and concatenated; ``observation_space`` is the concatenated ``Box`` with the entries' bounds.
+
+    Use this wrapper for MLP policies; image policies keep the original shape (``envs.make(flatten=False)``).
     """
 
     def observation_space(self, params):
-        space = self._env.observation_space(params)
-        if isinstance(space, spaces.Discrete):
-            return spaces.Box(0.0, 1.0, (space.n,), jnp.float32)
-        size = 1
-        for dim in space.shape:
-            size *= int(dim)
-        low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape).reshape(-1)
-        high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape).reshape(-1)
-        return spaces.Box(low, high, (size,), jnp.float32)
+        from gymnax.environments import spaces
 
-    def _flatten(self, obs: jax.Array, params) -> jax.Array:
-        space = self._env.observation_space(params)
-        if isinstance(space, spaces.Discrete):
-            return jax.nn.one_hot(obs, space.n, dtype=jnp.float32)
-        return jnp.reshape(obs, (-1,)).astype(jnp.float32)
+        low, high = _flat_bounds(self._env.observation_space(params))
+        return spaces.Box(low, high, (int(low.shape[0]),), jnp.float32)
+
+    def _flatten(self, obs: Any, params) -> jax.Array:
+        return _flatten_obs(obs, self._env.observation_space(params))
 
     def reset(self, key, params=None):
         params = self.default_params if params is None else params
@@ -98,6 +102,49 @@ class FlattenObservation(Wrapper):
         return self._flatten(obs, params), state, reward, terminated, truncated, info
 
 
+def _children(space) -> list[tuple[Any, Any]] | None:
+    """``[(key, subspace), ...]`` of a gymnax ``Dict`` (sorted keys) or ``Tuple`` (in order); ``None`` for a leaf."""
+    from gymnax.environments import spaces
+
+    if isinstance(space, spaces.Dict):
+        return [(k, space.spaces[k]) for k in sorted(space.spaces)]
+    if isinstance(space, spaces.Tuple):
+        return list(enumerate(space.spaces))
+    return None
+
+
+def _flat_bounds(space) -> tuple[jax.Array, jax.Array]:
+    """``(low, high)``, each ``[obs_dim]`` float32, of ``space`` flattened as ``FlattenObservation`` does."""
+    from gymnax.environments import spaces
+
+    children = _children(space)
+    if children is not None:
+        bounds = [_flat_bounds(sub) for _, sub in children]
+        return jnp.concatenate([b[0] for b in bounds]), jnp.concatenate([b[1] for b in bounds])
+    if isinstance(space, spaces.Discrete):
+        return jnp.zeros((space.n,), jnp.float32), jnp.ones((space.n,), jnp.float32)
+    low = jnp.broadcast_to(jnp.asarray(space.low, jnp.float32), space.shape).reshape(-1)
+    high = jnp.broadcast_to(jnp.asarray(space.high, jnp.float32), space.shape).reshape(-1)
+    return low, high
+
+
+def _flatten_obs(obs: Any, space) -> jax.Array:
+    """One observation of ``space`` (an array, or a dict / tuple / dataclass of them) as a float32 ``[obs_dim]``."""
+    from gymnax.environments import spaces
+
+    children = _children(space)
+    if children is not None:
+        def entry(key):
+            if isinstance(key, int) or isinstance(obs, Mapping):
+                return obs[key]
+            return getattr(obs, key)  # a struct dataclass observation with the Dict's keys as fields
+
+        return jnp.concatenate([_flatten_obs(entry(k), sub) for k, sub in children])
+    if isinstance(space, spaces.Discrete):
+        return jax.nn.one_hot(obs, space.n, dtype=jnp.float32)
+    return jnp.reshape(obs, (-1,)).astype(jnp.float32)
+
+
 class RescaleAction(Wrapper):
     """Lets the agent act in ``[-1, 1]^d`` for any ``Box`` action space.
 
@@ -107,6 +154,8 @@ class RescaleAction(Wrapper):
     """
 
     def action_space(self, params=None):
+        from gymnax.environments import spaces
+
         space = self._env.action_space(params)
         return spaces.Box(-1.0, 1.0, space.shape, jnp.float32)
 

@@ -1,0 +1,137 @@
+"""Settling the ``step`` convention once, when an environment is wrapped.
+
+The engine expects gymnax 1.0's six values, ``obs, state, reward, terminated, truncated, info``, with auto-reset and
+``info["final_observation"]``. Environments written for gymnax 0.0.x (Craftax, most third-party gymnax envs) return
+five, ``obs, state, reward, done, info``, where ``done`` mixes termination with the time limit. ``adapt_step``
+counts the outputs of one abstractly traced step (``jax.eval_shape``: no computation, nothing per step) and wraps
+five-value envs in ``FiveToSixStep``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from envs.wrappers import Wrapper
+
+# Where a gymnax 0.0.x-style env keeps its clock: (state field counting steps, params field holding the limit).
+# gymnax 0.0.x uses the first, Craftax the second.
+TIME_LIMIT_FIELDS = (("time", "max_steps_in_episode"), ("timestep", "max_timesteps"))
+# info keys some five-value envs use to say "this done was the time limit" (brax-style wrappers: "truncation").
+TRUNCATION_INFO_KEYS = ("truncated", "truncation")
+_NO_LIMIT = 2**31 - 1  # a time limit no episode reaches (int32 max)
+
+
+def _trace_step(env: Any, params: Any, step_fn) -> Any:
+    """Abstract outputs (``jax.ShapeDtypeStruct`` leaves) of ``step_fn(key, state, action, params)`` one step after
+    ``env.reset``, with an action sampled from the action space."""
+
+    def one_step(key):
+        key_reset, key_action, key_step = jax.random.split(key, 3)
+        _, state = env.reset(key_reset, params)
+        action = env.action_space(params).sample(key_action)
+        return step_fn(key_step, state, action, params)
+
+    return jax.eval_shape(one_step, jax.ShapeDtypeStruct((2,), jnp.uint32))
+
+
+def adapt_step(env: Any, params: Any) -> Any:
+    """``env`` itself if its ``step`` returns gymnax 1.0's six values, ``FiveToSixStep(env, params)`` if it returns
+    gymnax 0.0.x's five.
+
+    Raises:
+      ValueError: if ``step`` returns anything else.
+    """
+    out = _trace_step(env, params, env.step)
+    count = len(out) if isinstance(out, tuple) else None
+    if count == 6:
+        return env
+    if count == 5:
+        return FiveToSixStep(env, params)
+    raise ValueError(
+        f"env {getattr(env, 'name', type(env).__name__)!r}: step returns {count if count else type(out).__name__} "
+        "values; expected 6 (gymnax 1.0: obs, state, reward, terminated, truncated, info) "
+        "or 5 (gymnax 0.0.x: obs, state, reward, done, info)"
+    )
+
+
+class FiveToSixStep(Wrapper):
+    """Gives a gymnax 0.0.x-style env (five-value ``step``) gymnax 1.0's six-value, auto-resetting ``step``.
+
+    The env must define ``step_env(key, state, action, params) -> (obs, state, reward, done, info)`` and
+    ``reset_env(key, params) -> (obs, state)`` without auto-reset, as gymnax 0.0.x envs and Craftax do: the
+    adapter steps with ``step_env`` so it sees the episode's last observation and state before resetting. Like
+    gymnax 1.0's ``Environment.step`` it splits ``key`` into a step key and a reset key, resets where the episode
+    ended, and puts ``terminated``, ``truncated`` and ``final_observation`` (the pre-reset observation) in ``info``.
+
+    How ``done`` is split, decided once at wrap time from what the env exposes, first match wins:
+
+    1. ``info`` has a ``"truncated"`` or ``"truncation"`` entry: ``truncated = done & info[key]``.
+    2. the state has a step counter and the params a limit (``state.time`` / ``params.max_steps_in_episode``, or
+       Craftax's ``state.timestep`` / ``params.max_timesteps``): a ``done`` with the pre-reset counter at the limit
+       is truncated, unless the env's ``is_terminal(state, params)``, asked again with the limit lifted out of
+       reach, says the state is terminal on its own (the pole fell on the last allowed step: terminated).
+       Without a working ``is_terminal`` every ``done`` at the limit counts as truncated.
+    3. nothing exposed: every ``done`` counts as ``terminated`` (the pre-1.0 reading; truncation is not
+       bootstrapped).
+
+    ``terminated = done & ~truncated``; the two are never both true. ``params`` (default: the env's
+    ``default_params``) only serve to trace one step at wrap time; ``step`` takes its own.
+    """
+
+    def __init__(self, env: Any, params: Any = None):
+        super().__init__(env)
+        params = env.default_params if params is None else params
+        missing = [m for m in ("step_env", "reset_env") if not callable(getattr(env, m, None))]
+        if missing:
+            raise ValueError(
+                f"env {getattr(env, 'name', type(env).__name__)!r} returns five values from step but has no "
+                f"{' or '.join(missing)}: the five-value adapter needs step_env(key, state, action, params) and "
+                "reset_env(key, params) without auto-reset, to see the observation before the reset"
+            )
+        _, state, _, _, info = _trace_step(env, params, env.step_env)
+        self._info_key = next((k for k in TRUNCATION_INFO_KEYS if isinstance(info, dict) and k in info), None)
+        self._clock = next(
+            ((s, p) for s, p in TIME_LIMIT_FIELDS if hasattr(state, s) and hasattr(params, p)), None
+        )
+        self._natural_terminal = self._clock is not None and self._lifted_is_terminal_works(state, params)
+
+    def _lifted_is_terminal_works(self, state: Any, params: Any) -> bool:
+        try:
+            jax.eval_shape(self._natural_is_terminal, state, params)
+        except (NotImplementedError, AttributeError, TypeError, ValueError):
+            return False
+        return True
+
+    def _natural_is_terminal(self, state: Any, params: Any) -> jax.Array:
+        """``is_terminal`` with the time limit out of reach: True only for states terminal on their own."""
+        lifted = dataclasses.replace(params, **{self._clock[1]: _NO_LIMIT})
+        return jnp.asarray(self._env.is_terminal(state, lifted)).astype(bool)
+
+    def _truncated(self, done: jax.Array, state: Any, info: dict, params: Any) -> jax.Array:
+        """Which ``done`` steps are truncations, by the rule in the class docstring; ``state`` is pre-reset."""
+        if self._info_key is not None:
+            return done & jnp.asarray(info[self._info_key]).astype(bool)
+        if self._clock is None:
+            return jnp.zeros_like(done)
+        state_field, params_field = self._clock
+        at_limit = getattr(state, state_field) >= getattr(params, params_field)
+        if self._natural_terminal:
+            at_limit = at_limit & ~self._natural_is_terminal(state, params)
+        return done & at_limit
+
+    def step(self, key, state, action, params=None):
+        params = self.default_params if params is None else params
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, done, info = self._env.step_env(key_step, state, action, params)
+        done = jnp.asarray(done).astype(bool)
+        truncated = self._truncated(done, state_st, info, params)
+        terminated = done & ~truncated
+        obs_re, state_re = self._env.reset_env(key_reset, params)
+        state = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), state_re, state_st)
+        obs = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), obs_re, obs_st)
+        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
+        return obs, state, reward, terminated, truncated, info
