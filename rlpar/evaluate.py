@@ -67,7 +67,7 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy
     if not 0 <= slot < num_slots(meta):
         raise ValueError(f"slot={slot}: the run in {run_dir} has {num_slots(meta)} slot(s): "
                          f"use 0..{num_slots(meta) - 1}")
-    spec = registry.get(meta["agent"])
+    spec = registry.from_meta(meta)
     config = rundir.build_config(spec.config_cls, meta["config"])
     env, env_params = _make_env(meta)
     slots = seeds.make_slots(meta["run"].get("num_seeds", 1), meta["run"].get("sweep", ""), spec.config_cls)

@@ -299,7 +299,8 @@ def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence,
 def replicas(tree: Any) -> list[Any]:
     """The per-device copies of a mapped pytree held by this process, as host numpy pytrees, in device order."""
     leaves, treedef = jax.tree.flatten(tree)
-    per_leaf = [[np.asarray(s.data)[0] for s in sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)] for x in leaves]
+    per_leaf = [[np.asarray(s.data)[0] for s in sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)]
+                for x in leaves]
     return [jax.tree.unflatten(treedef, [shards[i] for shards in per_leaf]) for i in range(len(per_leaf[0]))]
 
 

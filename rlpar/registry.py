@@ -45,3 +45,20 @@ def get(name: str) -> AgentSpec:
         raise ValueError(f"agent {name!r}: {module_name}.{attr} is {found}, not an rlpar.agent.AgentSpec "
                          "(AgentSpec(name, config_cls, make))")
     return spec
+
+
+def from_meta(meta: dict) -> AgentSpec:
+    """The agent a run dir's ``config.json`` names: a registered name or ``module:ATTR``, else the ``AgentSpec``
+    of that name in the module its ``make`` came from (``agent_module``), so a user's agent trained from Python
+    evaluates and resumes without being registered."""
+    name, module_name = meta["agent"], meta.get("agent_module")
+    if name in AGENTS or ":" in name or not module_name:
+        return get(name)
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"agent {name!r}: cannot import its module {module_name!r} ({err})") from None
+    for value in vars(module).values():
+        if isinstance(value, AgentSpec) and value.name == name:
+            return value
+    raise ValueError(f"agent {name!r}: module {module_name!r} has no AgentSpec named {name!r}")

@@ -176,7 +176,10 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         return state.replace(key=key_next), traj
 
     def _finals(agent_state, pending: _Pending, traj: Transition):
-        last = bootstrap(agent_state, pending.carry, pending.obs)  # [B, ...]; rows holding nothing are masked below
+        # [B, ...], zero where an env holds nothing; selecting with the (per-device) held flags also keeps a
+        # constant bootstrap's output per device under shard_map, as the reverse scan below needs.
+        last = bootstrap(agent_state, pending.carry, pending.obs)
+        last = jax.tree.map(lambda x: jnp.where(_rows(pending.held, x), x, jnp.zeros_like(x)), last)
         placed = lambda: jax.tree.map(lambda s, l: _place_spilled(s, traj.truncated, l), traj.final, last)
         plain = lambda: jax.tree.map(
             lambda s, l: jnp.where(_rows(traj.truncated, s), l[None], 0).astype(s.dtype), traj.final, last)

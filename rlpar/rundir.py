@@ -36,13 +36,15 @@ def json_default(x):
     raise TypeError(type(x))
 
 
-def make_meta(agent_name: str, config, run_config, devices: list, format_version: int = FORMAT_VERSION) -> dict:
+def make_meta(agent_name: str, config, run_config, devices: list, format_version: int = FORMAT_VERSION,
+              agent_module: str | None = None) -> dict:
     """The contents of ``config.json``: everything needed to rebuild the run, plus where it ran."""
     import jax
 
     return {
         "format_version": format_version,
         "agent": agent_name,
+        "agent_module": agent_module,  # where the agent's make() lives (finds unregistered agents again)
         "run": dataclasses.asdict(run_config),
         "config": dataclasses.asdict(config),
         "jax_version": jax.__version__,

@@ -186,7 +186,8 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices))
-    meta = rundir.make_meta(agent.name, config, run_config, devices)
+    meta = rundir.make_meta(agent.name, config, run_config, devices,
+                            agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:
         meta["slots"] = slots.describe()
     return _Prepared(devices, slots, env, env_params, make, meta)

@@ -103,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"name an agent first: {_prog()} AGENT [flags]; known agents: {', '.join(registry.names())}", 2)
     try:
         spec = registry.get(argv[0])
+        if ":" in argv[0]:  # config.json records how to find it again (evaluate, --resume)
+            spec = spec._replace(name=argv[0])
         run_config, config = _parse(spec, argv[1:])
         devices = _check(run_config, config)
     except ValueError as err:

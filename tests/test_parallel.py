@@ -66,8 +66,13 @@ def test_num_envs_not_divisible_by_devices_is_a_clear_error():
 
 
 def test_more_devices_than_exist_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"devices=64: this host has only 4"):
+    # Past the bound on CPU devices (threads sharing the cores): refused whatever JAX has started.
+    with pytest.raises(ValueError, match=r"devices=64: at most 8 CPU devices on this host"):
         parallel.select_devices(64)
+    # Within it, but the backend already started with 4 (tests/conftest.py): say how to ask before any JAX work.
+    with pytest.raises(ValueError, match=r"devices=6: JAX's CPU backend already started in this process with 4 "
+                                         r"device\(s\).*request_cpu_devices\(6\)"):
+        parallel.select_devices(6)
 
 
 def test_results_read_via_addressable_shards():
