@@ -125,7 +125,8 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], state.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
         done = jnp.logical_or(terminated, truncated)
-        final, pending = _hold_final(agent_state, pending, truncated, info["final_observation"], agent_carry)
+        final, pending = ((), pending) if bootstrap is None else _hold_final(
+            bootstrap, agent_state, pending, truncated, info["final_observation"], agent_carry)
         transition = Transition(
             obs=state.obs, action=action, reward=reward.astype(jnp.float32), terminated=terminated,
             truncated=truncated, final=final, episode_return=info["episode_return"],
@@ -136,28 +137,6 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         # returns a constant carry.
         agent_carry = _select(done, initial_carry(done.shape[0]), agent_carry)
         return (state.replace(env_state=env_state, obs=obs, carry=agent_carry), pending), transition
-
-    def _hold_final(agent_state, pending: _Pending, truncated, final_obs, agent_carry):
-        """Hold this step's final observations; bootstrap the held ones now where an env is truncated again."""
-        if bootstrap is None:
-            return (), pending
-        again = jnp.logical_and(truncated, pending.held)
-        shapes = jax.eval_shape(bootstrap, agent_state, pending.carry, pending.obs)
-        # Both branches select with ``again`` (per device), so they have the same types under shard_map even when
-        # the bootstrap is a constant.
-        zeros = lambda: jax.tree.map(lambda s: jnp.where(_rows(again, s), 0, jnp.zeros(s.shape, s.dtype)), shapes)
-        spill = jax.lax.cond(
-            jnp.any(again),
-            lambda: _select(again, bootstrap(agent_state, pending.carry, pending.obs), zeros()),
-            zeros,
-        )
-        pending = _Pending(
-            obs=_select(truncated, final_obs, pending.obs),
-            carry=_select(truncated, agent_carry, pending.carry),
-            held=jnp.logical_or(pending.held, truncated),
-            spilled=jnp.logical_or(pending.spilled, jnp.any(again)),
-        )
-        return spill, pending
 
     def collect(agent_state, state: RolloutState) -> tuple[RolloutState, Transition]:
         key_next, key_steps = jax.random.split(state.key)
@@ -172,20 +151,44 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         pending = _Pending(jnp.zeros_like(state.obs), state.carry, held, held.any())
         (state, pending), traj = jax.lax.scan(lambda c, k: env_step(agent_state, c, k), (state, pending), keys)
         if bootstrap is not None:
-            traj = traj._replace(final=_finals(agent_state, pending, traj))
+            traj = traj._replace(final=_finals(bootstrap, agent_state, pending, traj))
         return state.replace(key=key_next), traj
 
-    def _finals(agent_state, pending: _Pending, traj: Transition):
-        # [B, ...], zero where an env holds nothing; selecting with the (per-device) held flags also keeps a
-        # constant bootstrap's output per device under shard_map, as the reverse scan below needs.
-        last = bootstrap(agent_state, pending.carry, pending.obs)
-        last = jax.tree.map(lambda x: jnp.where(_rows(pending.held, x), x, jnp.zeros_like(x)), last)
-        placed = lambda: jax.tree.map(lambda s, l: _place_spilled(s, traj.truncated, l), traj.final, last)
-        plain = lambda: jax.tree.map(
-            lambda s, l: jnp.where(_rows(traj.truncated, s), l[None], 0).astype(s.dtype), traj.final, last)
-        return jax.lax.cond(pending.spilled, placed, plain)
-
     return collect
+
+
+def _hold_final(bootstrap, agent_state, pending: _Pending, truncated, final_obs, agent_carry):
+    """Hold this step's final observations; bootstrap the held ones now where an env is truncated again."""
+    again = jnp.logical_and(truncated, pending.held)
+    shapes = jax.eval_shape(bootstrap, agent_state, pending.carry, pending.obs)
+    # Both branches select with ``again`` (per device), so they have the same types under shard_map even when
+    # the bootstrap is a constant.
+    zeros = lambda: jax.tree.map(lambda s: jnp.where(_rows(again, s), 0, jnp.zeros(s.shape, s.dtype)), shapes)
+    spill = jax.lax.cond(
+        jnp.any(again),
+        lambda: _select(again, bootstrap(agent_state, pending.carry, pending.obs), zeros()),
+        zeros,
+    )
+    pending = _Pending(
+        obs=_select(truncated, final_obs, pending.obs),
+        carry=_select(truncated, agent_carry, pending.carry),
+        held=jnp.logical_or(pending.held, truncated),
+        spilled=jnp.logical_or(pending.spilled, jnp.any(again)),
+    )
+    return spill, pending
+
+
+def _finals(bootstrap, agent_state, pending: _Pending, traj: Transition):
+    """``Transition.final [T, B, ...]``: the held final observations bootstrapped in one batched call, placed at
+    their truncated steps (``_place_spilled`` when some env was truncated twice)."""
+    # [B, ...], zero where an env holds nothing; selecting with the (per-device) held flags also keeps a
+    # constant bootstrap's output per device under shard_map, as the reverse scan below needs.
+    last = bootstrap(agent_state, pending.carry, pending.obs)
+    last = jax.tree.map(lambda x: jnp.where(_rows(pending.held, x), x, jnp.zeros_like(x)), last)
+    placed = lambda: jax.tree.map(lambda s, l: _place_spilled(s, traj.truncated, l), traj.final, last)
+    plain = lambda: jax.tree.map(
+        lambda s, l: jnp.where(_rows(traj.truncated, s), l[None], 0).astype(s.dtype), traj.final, last)
+    return jax.lax.cond(pending.spilled, placed, plain)
 
 
 def _place_spilled(spilled: jax.Array, truncated: jax.Array, last: jax.Array) -> jax.Array:

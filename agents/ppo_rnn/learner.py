@@ -94,6 +94,30 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_envs: int,
 
         return fn
 
+    update_epoch = _make_update_epoch(config, network, tx, num_envs, axis_name)
+
+    def learn(state: RecurrentPPOState, experience: Experience):
+        traj, start, end = experience
+        # obs[t] starts an episode where step t-1 ended one; at t = 0 the collector already reset the carry.
+        reset = jnp.concatenate([jnp.zeros_like(traj.episode_done[:1]), traj.episode_done[:-1]])
+        advantage, target = gae(traj.reward, traj.extras["value"], traj.terminated, traj.truncated, traj.final,
+                                step(state, end.carry, end.obs)[2], config.gamma, config.gae_lambda)
+        seq = Sequences(traj.obs, reset, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage,
+                        target, start.carry)
+        key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
+        (params, opt_state, _), infos = jax.lax.scan(update_epoch, (state.params, state.opt_state, seq),
+                                                     jnp.stack(epoch_keys))
+        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
+        return RecurrentPPOState(params, opt_state, key), metrics
+
+    return RecurrentPPO(network, init, network.initial_hidden, act, bootstrap, learn, policy)
+
+
+def _make_update_epoch(config: RecurrentPPOConfig, network: RecurrentActorCritic, tx, num_envs: int,
+                       axis_name: str | None):
+    """``update_epoch((params, opt_state, seq), key) -> ((params, opt_state, seq), LossInfo [M])``: one pass over
+    the sequences in minibatches of whole environments, gradients pmean-ed over devices."""
+
     def loss_fn(params, seq: Sequences):
         _, logits, value = unroll(network, params, seq.hidden0, seq.obs, seq.reset)
         pi = distribution(logits)
@@ -127,18 +151,4 @@ def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_envs: int,
         (params, opt_state), infos = jax.lax.scan(update_minibatch, (params, opt_state), minibatches)
         return (params, opt_state, seq), infos
 
-    def learn(state: RecurrentPPOState, experience: Experience):
-        traj, start, end = experience
-        # obs[t] starts an episode where step t-1 ended one; at t = 0 the collector already reset the carry.
-        reset = jnp.concatenate([jnp.zeros_like(traj.episode_done[:1]), traj.episode_done[:-1]])
-        advantage, target = gae(traj.reward, traj.extras["value"], traj.terminated, traj.truncated, traj.final,
-                                step(state, end.carry, end.obs)[2], config.gamma, config.gae_lambda)
-        seq = Sequences(traj.obs, reset, traj.action, traj.extras["log_prob"], traj.extras["value"], advantage,
-                        target, start.carry)
-        key, *epoch_keys = jax.random.split(state.key, config.update_epochs + 1)
-        (params, opt_state, _), infos = jax.lax.scan(update_epoch, (state.params, state.opt_state, seq),
-                                                     jnp.stack(epoch_keys))
-        metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
-        return RecurrentPPOState(params, opt_state, key), metrics
-
-    return RecurrentPPO(network, init, network.initial_hidden, act, bootstrap, learn, policy)
+    return update_epoch
