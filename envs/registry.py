@@ -33,10 +33,18 @@ for _probe_id in PROBES:
     _FACTORIES[_probe_id] = functools.partial(_make_probe, _probe_id)
 
 
+# gymnax ids that cannot work here, and why: listed by gymnax, but refused with this reason before anything builds.
+UNSUPPORTED = {
+    "MNISTBandit-bsuite": "it downloads the MNIST dataset when built, and rlpar runs offline-first; use another "
+                          "bsuite env (e.g. Catch-bsuite), or wrap a local copy of MNIST in your own env and pass it "
+                          "to envs.register",
+}
+
+
 def _gymnax_ids() -> list[str]:
     import gymnax
 
-    return list(gymnax.registered_envs)
+    return [i for i in gymnax.registered_envs if i not in UNSUPPORTED]
 
 
 def env_ids() -> list[str]:
@@ -124,6 +132,8 @@ def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
         raise _unknown(env)
     if env in _FACTORIES:
         return _call_factory(repr(env), _FACTORIES[env], env_kwargs)
+    if env in UNSUPPORTED:
+        raise ValueError(f"env {env!r} is not supported: {UNSUPPORTED[env]}")
     if ":" in env:
         return _call_factory(repr(env), _from_spec(env), env_kwargs)
     if env in _gymnax_ids():

@@ -135,6 +135,9 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
         return _fail(err, 2)
     except NonFiniteError as err:
         return _fail(err, 1)
+    except KeyboardInterrupt:  # before training started (compiling, restoring): nothing was saved by this run
+        print("interrupted before the first update; nothing of this run was saved", file=sys.stderr, flush=True)
+        return 130
     except Interrupted as stop:
         saved = f"update {stop.checkpoint_update}" if stop.checkpoint_update is not None else "none"
         how = (f"; continue with: {_prog()} --resume {stop.run_dir}" if stop.run_dir and stop.checkpoint_update

@@ -1,0 +1,126 @@
+"""What a user sees on bad input, Ctrl-C, --help and resume: one-line errors (exit 2, no traceback) naming the value
+and what is accepted; the preset's values in --help; resumable interruptions."""
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlpar import evaluate
+from rlpar import train as train_cli
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _without(monkeypatch, *packages):
+    """Make ``packages`` look uninstalled to ``importlib.util.find_spec`` (how rlpar checks for its extras)."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in packages else real(name, *a))
+
+
+@pytest.mark.parametrize(
+    "argv, missing, message",
+    [
+        (["ppo", "--tensorboard", "--run-dir", "RUN"], ("tensorboardX",),
+         "--tensorboard needs the tensorboardX package: pip install -e \".[extras]\""),
+        (["ppo", "--run-dir", "FILE"], (), "is a file, not a directory: give a directory path"),
+        (["ppo", "--env", "MNISTBandit-bsuite"], (), "env 'MNISTBandit-bsuite' is not supported: it downloads"),
+        (["ppo", "--devices", "99"], (), "devices=99: at most 8 CPU devices on this host"),
+        (["ppo", "--sweep", "hidden_sizes=8,16"], (), "sweep='hidden_sizes=8,16': expected FIELD=V1,V2,... with FIELD "
+                                                      "one of lr, gamma"),
+        (["examples.nothing:SPEC"], (), "agent 'examples.nothing:SPEC': cannot import module 'examples.nothing'"),
+    ],
+    ids=["tensorboard-missing", "run-dir-is-a-file", "needs-download", "too-many-devices", "unsweepable-field",
+         "bad-agent-module"],
+)
+def test_train_bad_input_is_one_line_without_traceback(argv, missing, message, tmp_path, monkeypatch, capsys):
+    _without(monkeypatch, *missing)
+    (tmp_path / "FILE").write_text("not a directory")
+    argv = [str(tmp_path / a) if a in ("RUN", "FILE") else a for a in argv]
+    assert train_cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err + captured.out
+    assert len(captured.err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "gif, missing, message",
+    [
+        ("NODIR/episode.gif", (), "the directory"),
+        ("episode.gif", ("pygame",), "--gif needs pygame: pip install -e \".[extras]\""),
+    ],
+    ids=["directory-missing", "pygame-missing"],
+)
+def test_evaluate_gif_bad_input_is_refused_before_the_episodes(tiny_run_dir, tmp_path, monkeypatch, capsys, gif,
+                                                                 missing, message):
+    _without(monkeypatch, *missing)
+    ran = []
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: ran.append(a))
+    assert evaluate.main([str(tiny_run_dir), "--gif", str(tmp_path / gif)]) == 2
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err and not ran
+
+
+def test_evaluate_gif_of_an_env_without_renderer_is_refused_before_the_episodes(tiny_run_dir, tmp_path, monkeypatch,
+                                                                                capsys):
+    run_dir = tmp_path / "run"
+    shutil.copytree(tiny_run_dir, run_dir)
+    meta = json.loads((run_dir / "config.json").read_text())
+    meta["run"]["env"] = "Probe-OneStep-v0"
+    (run_dir / "config.json").write_text(json.dumps(meta))
+    ran = []
+    monkeypatch.setattr(evaluate, "evaluate", lambda *a, **k: ran.append(a))
+    assert evaluate.main([str(run_dir), "--gif", str(tmp_path / "x.gif")]) == 2
+    assert "gymnax's visualizer cannot draw 'Probe-OneStep-v0'" in capsys.readouterr().err and not ran
+
+
+def test_help_shows_the_env_preset_as_defaults(capsys):
+    with pytest.raises(SystemExit):
+        train_cli.main(["ppo", "--env", "Pendulum-v1", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--gamma FLOAT discount factor per step (default: 0.9)" in out  # the preset's, not 0.99
+    assert "(default: 0.001)" in out  # lr 1e-3 from the preset
+
+
+def test_console_script_usage_names_itself():
+    script = Path(sys.executable).with_name("rlpar-train")
+    if not script.exists():
+        pytest.skip("rlpar-train is not installed in this environment (pip install -e .)")
+    proc = subprocess.run([str(script), "ppo", "--help"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: rlpar-train ppo")
+
+
+def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path):
+    # SIGINT a run once its first checkpoint exists; it must name the update, the last checkpoint and how to
+    # continue, exit 130, and resuming must finish the run.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    argv = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--hidden-sizes", "16,16",
+            "--total-timesteps", str(4 * 8 * 4000), "--log-every", "10", "--checkpoint-every", "10",
+            "--run-dir", "runs/x"]
+    proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not list((tmp_path / "runs/x/checkpoints").glob("*/rlpar_commit.json")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("interrupted")]
+    assert len(lines) == 1 and "last checkpoint: update " in lines[0]
+    assert lines[0].endswith("continue with: python -m rlpar.train --resume runs/x")
+    resumed = subprocess.run([sys.executable, "-m", "rlpar.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "resumed from update " in resumed.stdout and "done:" in resumed.stdout
+    finished = subprocess.run([sys.executable, "-m", "rlpar.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0 and "the run is finished (update 4000 of 4000" in finished.stdout
