@@ -96,7 +96,8 @@ def require_orbax() -> None:
     import importlib.util
 
     if importlib.util.find_spec("orbax") is None or importlib.util.find_spec("orbax.checkpoint") is None:
-        raise ImportError("checkpoints need orbax-checkpoint: pip install 'rlpar[extras]' "
+        raise ImportError("checkpoints need orbax-checkpoint, part of rlpar's base install: "
+                          "pip install 'orbax-checkpoint>=0.12.8,<0.13' "
                           "(or pass --checkpoint-every 0 to train without checkpoints)")
 
 
