@@ -159,6 +159,7 @@ class ProgressDisplay:
         line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache)" if cached else "")
         if self._progress is not None:
             self._progress.update(self._task, status="")
+            self._progress.refresh()
             self._progress.console.print(line, highlight=False)
         else:
             print(line, file=self.stream, flush=True)
