@@ -1,4 +1,4 @@
-"""A checkpoint that fails to load: corrupt data (delete it) is told apart from a read failure (keep it), in one line."""
+"""A checkpoint that fails to load: corrupt data (delete it) told apart from a read failure (keep it), in one line."""
 
 import errno
 import json
