@@ -18,24 +18,42 @@ distributed runtime), each with the whole state (``parallel.rows_to_host`` gathe
 writes: orbax stores host numpy arrays from the primary process alone, and the marker, the clean-up of a killed
 attempt and the deletion of old checkpoints are the writer's too. Every process reads the same files on resume, so
 the run dir must be on a filesystem all of them see.
+
+Paths: orbax wants absolute paths, so ``Checkpoints`` makes its directory absolute once (against the working
+directory of the moment it is opened); callers may pass relative ones.
+
+Failed restores are sorted in two (``restore_failure``): ``CorruptCheckpointError`` when the files are proven
+damaged (a metadata file that does not parse, an array file that is short, garbled or missing from a committed
+checkpoint), and ``UnreadableCheckpointError`` for everything else (I/O and permission errors, path problems,
+orbax errors that say nothing about the data). Only the first advises deleting the checkpoint.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
+import re
 import shutil
-import signal
+import sys
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Iterator, NamedTuple
 
 COMMIT_MARKER = "rlpar_commit.json"
 KEEP = 2  # committed checkpoints kept; older ones are deleted after each save
-TEST_KILL_ENV = "RLPAR_TEST_SIGKILL_AFTER_UPDATE"  # test-only: see kill_if_test_asks
 
 
 class CheckpointError(ValueError):
     """A run dir has no usable checkpoint, or one that does not match the run."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A committed checkpoint whose files are proven damaged; deleting it is the fix."""
+
+
+class UnreadableCheckpointError(CheckpointError):
+    """A checkpoint that could not be read for a reason other than damaged data (I/O, permissions, paths)."""
 
 
 class Position(NamedTuple):
@@ -76,7 +94,8 @@ def require_orbax() -> None:
     import importlib.util
 
     if importlib.util.find_spec("orbax") is None or importlib.util.find_spec("orbax.checkpoint") is None:
-        raise ImportError("checkpoints need orbax-checkpoint: pip install 'rlpar[extras]' "
+        raise ImportError("checkpoints need orbax-checkpoint, part of rlpar's base install: "
+                          "pip install 'orbax-checkpoint>=0.12.8,<0.13' "
                           "(or pass --checkpoint-every 0 to train without checkpoints)")
 
 
@@ -91,7 +110,7 @@ class Checkpoints:
     """The checkpoints in one directory (``RUN_DIR/checkpoints``)."""
 
     def __init__(self, directory: str | Path, keep: int = KEEP, writer: bool = True):
-        self.directory = Path(directory)
+        self.directory = Path(os.path.abspath(directory))  # orbax refuses relative paths
         self.keep = keep
         self.writer = writer  # False in processes other than 0 of a multi-process run: they read, never write
 
@@ -140,8 +159,13 @@ class Checkpoints:
         if self.writer and position is None:
             raise ValueError("the writer of a checkpoint must give its Position")
         payload = {"position": position._asdict() if position is not None else None, "run": meta}
-        checkpointer.save(path, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                                        meta=ocp.args.JsonSave(payload)))
+        try:
+            with _quiet_orbax():
+                checkpointer.save(path, args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                                                meta=ocp.args.JsonSave(payload)))
+        except Exception as err:  # disk full, permissions, ...: one line, not orbax's threads' tracebacks
+            raise CheckpointError(f"could not write checkpoint {path} ({_reason(err)}); the earlier checkpoints "
+                                  "are intact") from err
         if self.writer:
             _write_atomically(path / COMMIT_MARKER, json.dumps({"step": step}) + "\n")
             for old in self.committed_steps()[: -self.keep]:
@@ -159,25 +183,150 @@ class Checkpoints:
             raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMIT_MARKER})")
         ocp, checkpointer = _checkpointer()
         try:
-            restored = checkpointer.restore(path, args=ocp.args.Composite(state=ocp.args.StandardRestore(template),
-                                                                          meta=ocp.args.JsonRestore()))
+            with _quiet_orbax():
+                restored = checkpointer.restore(path, args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
             position = Position(**restored.meta["position"])
             meta = restored.meta["run"]
         except Exception as err:  # orbax/tensorstore raise many types for missing or damaged files
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise CheckpointError(
-                f"checkpoint {path} is corrupt or does not match this run ({type(err).__name__}: {first_line[:200]}); "
-                f"delete that directory to resume from an earlier checkpoint, or start a new run"
-            ) from err
+            raise restore_failure(err, path, earlier=[s for s in self.committed_steps() if s < step]) from err
         return Restored(restored.state, position, meta)
 
 
-def kill_if_test_asks(updates_done: int) -> None:
-    """Test-only crash: SIGKILL this process once ``updates_done`` reaches ``$RLPAR_TEST_SIGKILL_AFTER_UPDATE``.
+# tensorstore status codes (absl) and message parts that prove the stored bytes are bad, not merely unreachable.
+_CORRUPT_CODES = ("DATA_LOSS", "OUT_OF_RANGE")
+_CORRUPT_WORDS = ("truncated", "error decoding", "error parsing", "corrupt", "checksum", "invalid magic")
 
-    The kill/resume test uses it to die at an exact point between two checkpoints (after that chunk's metrics line
-    is written). Unset in normal use; reading one environment variable per chunk costs nothing.
+
+def _chain(err: BaseException) -> Iterator[BaseException]:
+    """``err`` and the exceptions it was raised from or while handling, outermost first."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def _reason(err: BaseException) -> str:
+    """The innermost message of ``err``'s chain as one whole line, without tensorstore's JSON spec."""
+    inner = list(_chain(err))[-1]
+    text = str(inner).strip()
+    text = re.sub(r"\s*\[tensorstore_spec.*", "", text, flags=re.DOTALL).strip()
+    text = " ".join(text.split())  # one line
+    return f"{type(inner).__name__}: {text}" if text else type(inner).__name__
+
+
+def _has_symlink(directory: Path) -> bool:
+    """Whether anything under ``directory`` is a symbolic link (orbax and rlpar never write one)."""
+    return any(os.path.islink(os.path.join(root, name))
+               for root, dirs, files in os.walk(directory) for name in dirs + files)
+
+
+def is_corruption(err: BaseException, path: Path) -> bool:
+    """Whether the failure ``err`` to restore the committed checkpoint at ``path`` proves its data is bad.
+
+    Proof: a metadata file that does not parse as JSON; tensorstore reporting lost data (``DATA_LOSS``), a file
+    shorter than its index says (``OUT_OF_RANGE``) or bytes it cannot decode (``Truncated Zstd-compressed stream``);
+    a file missing from the directory (no symbolic link inside, so the path is not the problem). I/O and permission
+    errors (any ``OSError`` with an errno, tensorstore ``PERMISSION_DENIED``, ``UNKNOWN ... os_error_code``) and
+    everything else are not proof.
     """
-    target = os.environ.get(TEST_KILL_ENV)
-    if target and updates_done >= int(target):
-        os.kill(os.getpid(), signal.SIGKILL)
+    for e in _chain(err):
+        text = str(e)
+        if isinstance(e, json.JSONDecodeError):
+            return True
+        if isinstance(e, FileNotFoundError):
+            return not _has_symlink(path)
+        if isinstance(e, OSError):
+            return False
+        code = text.split(":", 1)[0].strip()
+        if code in _CORRUPT_CODES:
+            return True
+        if code == "NOT_FOUND":
+            return not _has_symlink(path)
+        if code in ("FAILED_PRECONDITION", "INVALID_ARGUMENT") and any(w in text.lower() for w in _CORRUPT_WORDS):
+            return True
+    return False
+
+
+def restore_failure(err: BaseException, path: Path, earlier: list[int] = ()) -> CheckpointError:
+    """The one-line error for a failed restore of the checkpoint at ``path``: corrupt (delete it) or unreadable.
+
+    ``earlier`` are the committed steps before this one, to say what deleting it falls back to.
+    """
+    reason = _reason(err)
+    if is_corruption(err, path):
+        fallback = (f"delete that directory to fall back to checkpoint {max(earlier)}, or start a new run" if earlier
+                    else "it is the run's only checkpoint: delete it and start a new run")
+        return CorruptCheckpointError(f"checkpoint {path} is corrupt ({reason}); {fallback}")
+    return UnreadableCheckpointError(
+        f"could not read checkpoint {path} ({reason}); the files were not shown to be damaged, so keep them: check "
+        "the path, its permissions and the filesystem, then try again"
+    )
+
+
+_EVENT_LOOP_CLOSED = "Event loop is closed"
+
+
+def _drop_event_loop_closed(hook):
+    """An unraisable-exception hook that drops the ``RuntimeError('Event loop is closed')`` that tensorstore's
+    callbacks raise into orbax's finished event loop after a failed read, and passes anything else to ``hook``."""
+
+    def unraisable(info):
+        if isinstance(info.exc_value, RuntimeError) and str(info.exc_value) == _EVENT_LOOP_CLOSED:
+            return
+        hook(info)
+
+    unraisable.rlpar_filter = True
+    return unraisable
+
+
+class _DropOrphanedReads(logging.Filter):
+    """Drops asyncio's ``Task exception was never retrieved`` records: after a failed read, orbax leaves the reads
+    of the other arrays unawaited, and asyncio logs each (with a traceback) when it is garbage collected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Task exception was never retrieved")
+
+
+_DROP_ORPHANED_READS = _DropOrphanedReads()
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Hold orbax's log records (absl) for one call, re-emitting them only if the call succeeds, and keep the
+    ``Event loop is closed`` and ``Task exception was never retrieved`` stragglers of a failed read off stderr.
+
+    A failed call's records repeat its exception (with tracebacks from orbax's threads); the caller reports it in
+    one line instead. The two straggler filters stay installed after a failure: tensorstore's callbacks and the
+    garbage collection of orbax's abandoned reads may come after the exception has reached the caller.
+    """
+    logger = logging.getLogger("absl")
+    held: list[logging.LogRecord] = []
+
+    class Hold(logging.Handler):
+        def emit(self, record):
+            held.append(record)
+
+    handler, propagate = Hold(), logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    previous_hook = sys.unraisablehook
+    if not getattr(previous_hook, "rlpar_filter", False):
+        sys.unraisablehook = _drop_event_loop_closed(previous_hook)
+    failed = False
+    try:
+        yield
+    except BaseException:
+        failed = True
+        raise
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        if failed:
+            logging.getLogger("asyncio").addFilter(_DROP_ORPHANED_READS)  # adding it twice keeps one
+        else:
+            sys.unraisablehook = previous_hook
+            for record in held:
+                if record.levelno >= logging.WARNING:
+                    logger.handle(record)

@@ -11,11 +11,17 @@ def flag_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
 
-def _parse_int_tuple(text: str) -> tuple[int, ...]:
+def parse_int_tuple(text: str) -> tuple[int, ...]:
+    """``"64,64"`` -> ``(64, 64)``; an empty part (``"64,,64"``, ``"64,"``), a non-integer or a non-positive one is
+    an ``argparse.ArgumentTypeError`` naming the value (argparse prints it in one line and exits with code 2)."""
+    parts = [part.strip() for part in text.split(",")]
     try:
-        return tuple(int(part) for part in text.split(",") if part.strip())
+        values = tuple(int(part) for part in parts)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated integers, e.g. 64,64") from None
+        values = ()
+    if not values or any(v <= 0 for v in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated positive integers, e.g. 64,64")
+    return values
 
 
 def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str, base=None) -> None:
@@ -32,7 +38,7 @@ def add_dataclass_flags(parser: argparse.ArgumentParser, cls: type, title: str, 
             group.add_argument(flag_name(f.name), dest=dest, action=argparse.BooleanOptionalAction,
                                default=None, help=help_text)
         elif typing.get_origin(kind) is tuple:
-            group.add_argument(flag_name(f.name), dest=dest, type=_parse_int_tuple, default=None,
+            group.add_argument(flag_name(f.name), dest=dest, type=parse_int_tuple, default=None,
                                metavar="N,N", help=help_text)
         else:
             group.add_argument(flag_name(f.name), dest=dest, type=kind, default=None,

@@ -2,7 +2,8 @@
 
 Runs whose ``config.json`` differ only in ``seed`` form one group, drawn as the mean over their curves with a band of
 one standard deviation either side; other runs get a line (and band) of their own, labelled by the settings that
-tell the groups apart.
+tell the groups apart. A sweep run (``--sweep lr=...``: ``config.json`` lists its ``"slots"``) gives one line per
+swept value, over that value's seeds, labelled ``lr=0.0001``; never one line pooled over the values.
 
 Curves per record: a record's ``episode_return`` may be a number (one curve per run, as written today) or a list of
 numbers, one per seed trained side by side in one run; each entry then becomes a curve of its own (``None`` entries,
@@ -21,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from rlpar import rundir
+from rlpar.progress import slot_label
 
 Y_FIELD = "episode_return"
 
@@ -51,9 +53,8 @@ def _per_seed(record: dict, field: str):
     return record.get(field)
 
 
-def curves_from_records(records: list[dict], field: str = Y_FIELD) -> list[Curve]:
-    """One curve per seed in the records: a scalar ``field`` gives one curve, a list (or the per-slot values of a
-    ``--num-seeds`` run) gives one per entry."""
+def _slot_curves(records: list[dict], field: str) -> list[Curve | None]:
+    """One entry per seed (slot) of the records, ``None`` for a seed that never has a value."""
     width = max((len(_per_seed(r, field)) for r in records if isinstance(_per_seed(r, field), list)), default=1)
     curves = []
     for seed in range(width):
@@ -63,10 +64,26 @@ def curves_from_records(records: list[dict], field: str = Y_FIELD) -> list[Curve
             value = value[seed] if isinstance(value, list) else value
             if value is not None:
                 points.append((r["env_steps"], float(value)))
-        if points:
-            steps, values = map(np.asarray, zip(*points))
-            curves.append(Curve(steps, values))
+        curves.append(Curve(*map(np.asarray, zip(*points))) if points else None)
     return curves
+
+
+def curves_from_records(records: list[dict], field: str = Y_FIELD) -> list[Curve]:
+    """One curve per seed in the records: a scalar ``field`` gives one curve, a list (or the per-slot values of a
+    ``--num-seeds`` run) gives one per entry."""
+    return [c for c in _slot_curves(records, field) if c is not None]
+
+
+def curves_by_label(records: list[dict], labels: list[str] | None, field: str = Y_FIELD) -> dict[str, list[Curve]]:
+    """The records' curves grouped by the label of their slot (``labels[i]`` for slot ``i``, e.g. ``"lr=0.001"``;
+    ``None``: one group ``""``). Labels keep the order of the slots; a slot without any value adds no curve."""
+    groups: dict[str, list[Curve]] = {}
+    for i, curve in enumerate(_slot_curves(records, field)):
+        label = labels[i] if labels is not None and i < len(labels) else ""
+        entry = groups.setdefault(label, [])
+        if curve is not None:
+            entry.append(curve)
+    return groups
 
 
 def band(curves: list[Curve]) -> Band:
@@ -107,29 +124,64 @@ def group_runs(run_dirs: list[str]) -> dict[str, list[str]]:
     return labels
 
 
-def plot(run_dirs: list[str], out: str | Path) -> Path:
-    """Write the learning-curve PNG for ``run_dirs`` to ``out``; returns its path."""
+def join_labels(run_label: str, slot_label: str, runs_differ: bool) -> str:
+    """The legend label of a group of curves: the swept value alone (``"lr=0.001"``) unless the runs' own settings
+    differ too (``"ent_coef=0.0, lr=0.001"``); a run that sweeps nothing keeps its run label."""
+    if not slot_label:
+        return run_label
+    return f"{run_label}, {slot_label}" if runs_differ else slot_label
+
+
+def group_curves(run_dirs: list[str]) -> dict[str, list[Curve]]:
+    """Every curve of ``run_dirs``, grouped into the lines to draw: runs that differ only in the seed share a
+    line, and a sweep run adds one line per swept value (its seeds sharing it)."""
+    runs = group_runs(run_dirs)
+    lines: dict[str, list[Curve]] = {}
+    for run_label, dirs in runs.items():
+        for d in dirs:
+            slots = rundir.read_meta(d).get("slots")
+            labels = [slot_label(slot) for slot in slots] if slots else None
+            for label, curves in curves_by_label(read_records(d), labels).items():
+                lines.setdefault(join_labels(run_label, label, len(runs) > 1), []).extend(curves)
+    return lines
+
+
+def figure(run_dirs: list[str]):
+    """The learning-curve figure of ``run_dirs`` (a matplotlib ``Figure`` with one ``Axes``): a line per group of
+    curves, its mean, and for two or more curves a band of one standard deviation."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for label, dirs in group_runs(run_dirs).items():
-        curves = [c for d in dirs for c in curves_from_records(read_records(d))]
-        b = band(curves)
-        line, = ax.plot(b.steps, b.mean, label=f"{label} (n={b.count})")
+    bands = {label: band(curves) for label, curves in group_curves(run_dirs).items()}
+    with_band = any(b.count > 1 for b in bands.values())
+    for label, b in bands.items():
+        name = f"{label} (mean ± 1 std of {b.count} seeds)" if b.count > 1 else label
+        line, = ax.plot(b.steps, b.mean, label=name)
         if b.count > 1:
             ax.fill_between(b.steps, b.mean - b.std, b.mean + b.std, color=line.get_color(), alpha=0.25, linewidth=0)
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean episode return")
-    ax.set_title("learning curves: mean over seeds, band ±1 std")
+    ax.set_title("learning curves: mean over seeds, band ±1 std" if with_band else "learning curves")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def plot(run_dirs: list[str], out: str | Path) -> Path:
+    """Write the learning-curve PNG for ``run_dirs`` to ``out`` (its folder is created); returns its path."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(run_dirs)
     out = Path(out)
-    fig.savefig(out)
-    plt.close(fig)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(out)
+    finally:
+        plt.close(fig)
     return out
 
 
@@ -144,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
         path = plot(args.run_dirs, out)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # --out in a folder that cannot be written, ...
+        print(f"error: could not write {out}: {err.strerror or err}", file=sys.stderr)
         return 2
     print(f"wrote {path}")
     return 0

@@ -1,7 +1,13 @@
 """The CLI's progress display: a live rich bar on a terminal, one plain line per logged chunk otherwise.
 
 Both show env steps, steps per second, the latest mean episode return and an ETA. The ETA is the updates left times
-the mean seconds per update of the chunks this process has run (compile time excluded).
+the mean seconds per update of the chunks this process has run (compile time excluded). While the update program
+compiles (``compiling`` / ``compiled``) the display says so instead of standing still.
+
+A run of several slots (``--num-seeds``, ``--sweep``) shows the return of each swept value (or of each seed), from
+the record's ``"slots"``, instead of the pooled mean; ``slot_labels`` names the slots from ``config.json``.
+
+This module imports nothing from the runner, so the runner can import ``format_record`` from here.
 """
 
 from __future__ import annotations
@@ -9,14 +15,55 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+COMPILING = "compiling the update program..."
 
 
-def format_record(record: dict, num_updates: int) -> str:
+def slot_label(slot: dict) -> str:
+    """The swept setting of one slot of ``config.json``'s ``"slots"``: ``{"slot": 2, "seed_index": 0, "lr": 0.001}``
+    -> ``"lr=0.001"``; ``""`` for a slot that only has a seed."""
+    return ", ".join(f"{k}={v}" for k, v in slot.items() if k not in ("slot", "seed_index"))
+
+
+def slot_labels(slots: list[dict]) -> list[str]:
+    """A display label per slot: its swept setting (``"lr=0.001"``; the seeds of one value share it), or, for a run
+    of seeds only, ``"seed=0"``, ``"seed=1"``, ..."""
+    labels = [slot_label(slot) for slot in slots]
+    if not any(labels):
+        labels = [f"seed={slot.get('seed_index', i)}" for i, slot in enumerate(slots)]
+    return labels
+
+
+def returns_by_label(slots: list[dict], labels: list[str]) -> dict[str, float | None]:
+    """Mean episode return per label over the slots that carry it, weighted by the episodes each finished
+    (``None`` where none finished); labels in order of first appearance.
+
+    E.g. slots with (return 10, 1 episode) and (return 40, 2 episodes) under one label -> (10 + 80) / 3 = 30.
+    """
+    sums: dict[str, list[float]] = {}
+    for slot, label in zip(slots, labels):
+        total = sums.setdefault(label, [0.0, 0.0])
+        if slot.get("episode_return") is not None and slot.get("episodes"):
+            total[0] += slot["episode_return"] * slot["episodes"]
+            total[1] += slot["episodes"]
+    return {label: (ret / n if n else None) for label, (ret, n) in sums.items()}
+
+
+def format_return(record: dict, slot_labels: list[str] | None = None) -> str:
+    """The record's mean return (``"    23.10"``, ``"      n/a"``), or with ``slot_labels`` and per-slot stats in the
+    record, one per label: ``"lr=0.0001: 23.10  lr=0.001: 45.20"``."""
+    if slot_labels and record.get("slots"):
+        per_label = returns_by_label(record["slots"], slot_labels)
+        return "  ".join(f"{label}: {ret:.2f}" if ret is not None else f"{label}: n/a"
+                         for label, ret in per_label.items())
     ret = record["episode_return"]
-    ret_s = f"{ret:9.2f}" if ret is not None else "      n/a"
+    return f"{ret:9.2f}" if ret is not None else "      n/a"
+
+
+def format_record(record: dict, num_updates: int, slot_labels: list[str] | None = None) -> str:
+    """One plain progress line for a log record (``slot_labels``: see ``format_return``)."""
     return (
         f"update {record['update']:>6}/{num_updates}  steps {record['env_steps']:>11,}  "
-        f"sps {record['sps']:>10,.0f}  return {ret_s}  "
+        f"sps {record['sps']:>10,.0f}  return {format_return(record, slot_labels)}  "
         f"loss {record.get('loss/total', float('nan')):8.4f}"
     )
 
@@ -42,17 +89,24 @@ def _has_rich() -> bool:
 class ProgressDisplay:
     """Use as ``with ProgressDisplay(num_updates, batch_size) as show: run(..., on_log=show)``.
 
+    Around compilation the runner calls ``show.compiling()`` and then ``show.compiled(seconds, cached)``: on a
+    terminal the bar's status reads ``compiling the update program...`` and then a line ``compiled in 6.4s`` is
+    printed above it; otherwise the two are plain lines.
+
     Args:
       num_updates: updates in the whole run.
       steps_per_update: env steps per update (the batch size), for the step total.
       start_update: updates already done before this process started (a resumed run).
       stream: where to write; ``sys.stdout`` by default.
       live: force the rich bar on (``True``) or off (``False``); by default on when ``stream`` is a terminal.
+      slot_labels: for a run of several slots, one label per slot (``slot_labels(meta["slots"])``): the return is
+        then shown per label.
     """
 
     def __init__(self, num_updates: int, steps_per_update: int, *, start_update: int = 0,
-                 stream: TextIO | None = None, live: bool | None = None):
+                 stream: TextIO | None = None, live: bool | None = None, slot_labels: list[str] | None = None):
         self.num_updates = num_updates
+        self.slot_labels = list(slot_labels) if slot_labels else None
         self.steps_per_update = steps_per_update
         self.stream = stream if stream is not None else sys.stdout
         self.live = (self.stream.isatty() and _has_rich()) if live is None else live
@@ -80,15 +134,35 @@ class ProgressDisplay:
                 TextColumn("sps {task.fields[sps]}"),
                 TextColumn("return {task.fields[ret]}"),
                 TextColumn("eta {task.fields[eta]}"),
+                TextColumn("{task.fields[status]}"),
                 console=console,
             )
             self._progress.start()
             self._task = self._progress.add_task(
                 "train", total=self.num_updates * self.steps_per_update,
                 completed=self._last_update * self.steps_per_update,
-                update=self._last_update, updates=self.num_updates, sps="?", ret="n/a", eta="?",
+                update=self._last_update, updates=self.num_updates, sps="?", ret="n/a", eta="?", status="",
             )
         return self
+
+    def compiling(self) -> None:
+        """Say that the update program is compiling (call before compiling; the first chunk waits for it)."""
+        if self._progress is not None:
+            self._progress.update(self._task, status=COMPILING)
+            self._progress.refresh()  # now: compiling holds the main thread for seconds
+        else:
+            print(COMPILING, file=self.stream, flush=True)
+
+    def compiled(self, seconds: float, cached: bool | None = None) -> None:
+        """Say that compiling took ``seconds``; ``cached=True``: the program came from JAX's compilation cache
+        (``None``: unknown, not said)."""
+        line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache)" if cached else "")
+        if self._progress is not None:
+            self._progress.update(self._task, status="")
+            self._progress.refresh()
+            self._progress.console.print(line, highlight=False)
+        else:
+            print(line, file=self.stream, flush=True)
 
     def __call__(self, record: dict) -> None:
         self._updates += record["update"] - self._last_update
@@ -96,44 +170,32 @@ class ProgressDisplay:
         self._seconds += record.get("time_s", 0.0)
         eta = format_eta(self.eta_s())
         if self._progress is not None:
-            ret = record["episode_return"]
             self._progress.update(
                 self._task, completed=record["env_steps"], update=record["update"], sps=f"{record['sps']:,.0f}",
-                ret=f"{ret:.2f}" if ret is not None else "n/a", eta=eta,
+                ret=format_return(record, self.slot_labels).strip(), eta=eta, status="",
             )
         else:
-            print(f"{format_record(record, self.num_updates)}  eta {eta}", file=self.stream, flush=True)
-
-    def compiling(self) -> None:
-        print("compiling the update program...", file=self.stream, flush=True)
-
-    def compiled(self, seconds: float) -> None:
-        print(f"compiled in {seconds:.1f}s", file=self.stream, flush=True)
+            print(f"{format_record(record, self.num_updates, self.slot_labels)}  eta {eta}", file=self.stream,
+                  flush=True)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:
             self._progress.stop()
 
 
-def _pooled_return(records: list[dict], slot: int | None = None, last: int = 5) -> float | None:
-    """Mean episode return over the last ``last`` chunks that finished an episode (weighted by episodes), of one
-    slot's stats (``record["slots"][slot]``) or of the pooled ones."""
-    stats = [r if slot is None else r["slots"][slot] for r in records]
-    recent = [s for s in stats if s["episode_return"] is not None][-last:]
+def _recent(stats: list[dict], last: int) -> dict:
+    """``{"episode_return", "episodes"}`` over the last ``last`` of ``stats`` that finished an episode."""
+    recent = [s for s in stats if s.get("episode_return") is not None][-last:]
     episodes = sum(s["episodes"] for s in recent)
-    return sum(s["episode_return"] * s["episodes"] for s in recent) / episodes if episodes else None
+    ret = sum(s["episode_return"] * s["episodes"] for s in recent) / episodes if episodes else None
+    return {"episode_return": ret, "episodes": episodes}
 
 
-def recent_returns(records: list[dict], slots) -> str:
-    """The recent mean return as text: one number, or one per swept value (``lr=0.001: 123.45, ...``), never a
-    pool of different hyperparameters. ``slots`` is the run's ``rlpar.seeds.Slots``."""
-    if slots.field is None or not records or "slots" not in records[-1]:
-        value = _pooled_return(records)
-        return f"{value:.2f}" if value is not None else "n/a"
-    parts = []
-    for value in dict.fromkeys(slots.values):
-        returns = [_pooled_return(records, i) for i, v in enumerate(slots.values) if v == value]
-        returns = [r for r in returns if r is not None]
-        mean = f"{sum(returns) / len(returns):.2f}" if returns else "n/a"
-        parts.append(f"{slots.field}={value:g}: {mean}")
-    return ", ".join(parts)
+def recent_returns(records: list[dict], slot_labels: list[str] | None = None, last: int = 5) -> str:
+    """The mean return of the last ``last`` logged chunks' episodes, for the ``done:`` line: one number, or one per
+    label (``"lr=0.0001: 23.10  lr=0.001: 45.20"``), never a pool of different hyperparameters."""
+    if slot_labels and records and records[-1].get("slots"):
+        per_slot = [_recent([r["slots"][i] for r in records], last) for i in range(len(slot_labels))]
+        return format_return({"slots": per_slot}, slot_labels)
+    ret = _recent(records, last)["episode_return"]
+    return f"{ret:.2f}" if ret is not None else "n/a"

@@ -148,6 +148,13 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
     return 0
 
 
+def _slot_labels(run_config: RunConfig) -> list[str] | None:
+    from rlpar import progress, seeds
+
+    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    return progress.slot_labels(slots.describe()) if slots.count > 1 else None
+
+
 def _done_line(result, run_config: RunConfig) -> str:
     from rlpar import seeds
     from rlpar.progress import recent_returns
@@ -158,7 +165,7 @@ def _done_line(result, run_config: RunConfig) -> str:
     all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
             f"+ {result.compile_s:.1f}s compile; mean return of the last logged episodes "
-            f"{recent_returns(result.metrics, slots)}")
+            f"{recent_returns(result.metrics, _slot_labels(run_config))}")
 
 
 def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None, say):
@@ -170,7 +177,8 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
     if not parallel.is_primary():
         return run(spec, config, run_config, resume=resume_dir is not None)
     start = resume.updates_done(resume_dir)
-    with ProgressDisplay(config.num_updates, config.batch_size, start_update=start) as show:
+    with ProgressDisplay(config.num_updates, config.batch_size, start_update=start,
+                         slot_labels=_slot_labels(run_config)) as show:
         def on_status(event: str, info: dict) -> None:
             if event == "resumed" and info["update"] >= config.num_updates:
                 say(f"the run is finished (update {info['update']} of {config.num_updates}, checkpoint "

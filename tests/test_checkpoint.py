@@ -120,7 +120,7 @@ def _corrupt_checkpoint(run_dir: Path):
         (_no_config, [], "config.json is missing"),
         (_future_version, [], "has format_version=999; this rlpar reads format_version"),
         (_no_checkpoint, [], "no complete checkpoint in"),
-        (_corrupt_checkpoint, [], "checkpoints/6 is corrupt or does not match this run"),
+        (_corrupt_checkpoint, [], "checkpoints/6 is corrupt ("),
         (None, ["--num-envs", "8"], "drop --num-envs 8"),
     ],
     ids=["no-config", "incompatible-version", "no-checkpoint", "corrupt-checkpoint", "extra-flags"],

@@ -1,0 +1,116 @@
+"""A checkpoint that fails to load: corrupt data (delete it) told apart from a read failure (keep it), in one line."""
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rlpar import checkpoint, rundir
+from rlpar.checkpoint import Checkpoints, Position
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _evaluate(run_dir: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rlpar.evaluate", run_dir, "--episodes", "1"], cwd=cwd,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
+
+
+def _array_files(step_dir: Path) -> list[Path]:
+    """The files orbax keeps the arrays' bytes in (OCDBT data files)."""
+    return sorted(p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d")
+
+
+def _assert_one_clean_line(proc: subprocess.CompletedProcess) -> str:
+    err = proc.stderr
+    assert proc.returncode == 2, err
+    assert "Traceback" not in err and "Event loop is closed" not in err and "never retrieved" not in err, err
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_corrupt_array_file_is_one_line_naming_the_checkpoint_and_says_delete(tiny_run_dir, tmp_path):
+    run_dir = shutil.copytree(tiny_run_dir, tmp_path / "run")
+    for path in _array_files(run_dir / rundir.CHECKPOINTS / "6"):
+        path.write_bytes(b"garbage")
+    err = _assert_one_clean_line(_evaluate("run", cwd=tmp_path))  # a relative run dir, as users type it
+    assert f"checkpoint {run_dir / rundir.CHECKPOINTS / '6'} is corrupt" in err
+    assert "delete that directory to fall back to checkpoint 4" in err
+    assert "tensorstore_spec" not in err
+
+
+def test_unreadable_checkpoint_says_could_not_read_and_never_delete(tiny_run_dir, tmp_path):
+    # Tests run as root, where chmod does not stop reads; a symbolic link to itself does (ELOOP), a path problem
+    # that says nothing about the stored data.
+    run_dir = shutil.copytree(tiny_run_dir, tmp_path / "run")
+    data_dir = _array_files(run_dir / rundir.CHECKPOINTS / "6")[0].parent
+    shutil.rmtree(data_dir)
+    os.symlink(data_dir, data_dir)
+    err = _assert_one_clean_line(_evaluate("run", cwd=tmp_path))
+    assert f"could not read checkpoint {run_dir / rundir.CHECKPOINTS / '6'}" in err
+    assert "delete" not in err and "corrupt" not in err
+
+
+def _decode_error() -> json.JSONDecodeError:
+    try:
+        json.loads("{not json")
+    except json.JSONDecodeError as err:
+        return err
+
+
+@pytest.mark.parametrize("err, corrupt", [
+    (_decode_error(), True),  # a metadata file that does not parse
+    (ValueError('DATA_LOSS: Error decoding manifest: Encoded length (2) is less than minimum length (16)'), True),
+    (ValueError('OUT_OF_RANGE: Requested byte range [0, 2971) is not valid for value of size 70'), True),
+    (ValueError('FAILED_PRECONDITION: Error reading "x/0.0": Truncated Zstd-compressed stream; at byte 0'), True),
+    (FileNotFoundError("File .../meta/metadata not found."), True),  # missing from a committed checkpoint
+    (PermissionError(errno.EACCES, "Permission denied"), False),
+    (OSError(errno.EIO, "Input/output error"), False),
+    (ValueError('PERMISSION_DENIED: Failed to open: "/x/d/0c37": Permission denied'), False),
+    (ValueError("UNKNOWN: Failed to open: \"/x\": Too many levels of symbolic links [os_error_code='40']"), False),
+    (ValueError("Checkpoint path should be absolute. Got runs/cp/checkpoints/6/state"), False),
+    (MemoryError(), False),
+], ids=["json", "data-loss", "short-file", "undecodable", "missing-file", "permission", "io-error",
+        "ts-permission", "ts-symlink-loop", "relative-path", "memory"])
+def test_only_proven_bad_data_counts_as_corruption(tmp_path, err, corrupt):
+    assert checkpoint.is_corruption(err, tmp_path) is corrupt
+    wrapped = RuntimeError("orbax restore failed")  # orbax may wrap the error that tells
+    wrapped.__cause__ = err
+    assert checkpoint.is_corruption(wrapped, tmp_path) is corrupt
+    message = str(checkpoint.restore_failure(wrapped, tmp_path / "6", earlier=[4]))
+    assert "\n" not in message
+    if corrupt:
+        assert message.startswith(f"checkpoint {tmp_path / '6'} is corrupt (") and "delete" in message
+    else:
+        assert message.startswith(f"could not read checkpoint {tmp_path / '6'} (") and "delete" not in message
+
+
+def test_a_missing_file_behind_a_symbolic_link_is_a_path_problem_not_corruption(tmp_path):
+    os.symlink(tmp_path / "elsewhere", tmp_path / "state")  # e.g. a link to a filesystem that is not mounted
+    assert not checkpoint.is_corruption(FileNotFoundError("state/_METADATA"), tmp_path)
+
+
+def test_the_reason_is_whole_and_without_tensorstores_spec():
+    err = ValueError('OUT_OF_RANGE: Error reading "a/0.0": Requested byte range [0, 9) is not valid for value of '
+                     'size 7 [tensorstore_spec[1]=\'{"driver":"zarr",\n"path":"a/"}\']')
+    message = str(checkpoint.restore_failure(err, Path("/r/checkpoints/6")))
+    assert "is not valid for value of size 7)" in message and "tensorstore_spec" not in message
+    assert message.endswith("it is the run's only checkpoint: delete it and start a new run")
+
+
+def test_relative_checkpoint_dirs_save_and_restore(tmp_path, monkeypatch):
+    # orbax 0.12 refuses relative paths; the checkpoint layer makes them absolute.
+    monkeypatch.chdir(tmp_path)
+    checkpoints = Checkpoints("run/checkpoints")
+    state = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    checkpoints.save(2, state, Position(2, 1, 10, 10), {"agent": "ppo"})
+    assert Checkpoints("run/checkpoints").committed_steps() == [2]
+    restored = Checkpoints("run/checkpoints").restore(2)
+    np.testing.assert_array_equal(restored.state["w"], state["w"])
+    assert restored.position.updates_done == 2 and restored.meta == {"agent": "ppo"}
