@@ -1,13 +1,13 @@
 """The one switch between the XLA:CPU fast paths and the plain library layers.
 
 rlpar trains small networks, and on XLA:CPU three workarounds are measurably faster than the plain flax/optax code
-(timings in ``benchmarks/README.md`` and the docstrings of the code that uses them):
+(figures in ``benchmarks/README.md``, "Measured history behind the engine's design"):
 
 1. ``agents.layers.Dense``: a matmul whose backward is a ``jax.custom_vjp`` that computes the kernel gradient from an
    explicitly transposed input, because XLA:CPU runs the transposed-operand product autodiff would emit slower.
 2. ``agents.layers.Conv3x3``: a 3x3 convolution written as a dense layer over 3x3 patches, because XLA:CPU runs
-   convolutions inside ``lax.scan`` (every training step here) about 8x slower than the equal matmul.
-3. The optimizer (``agents.ppo.learner``): the update run on all parameters raveled into one vector, a few fused
+   convolutions inside ``lax.scan`` (every training step here) several times slower than the equal matmul.
+3. The optimizer step (``agents.ppo.learner``, with ``agents.optim``'s chain): the update run on all parameters raveled into one vector, a few fused
    kernels per step instead of a few per parameter array.
 
 Each trick costs something a JAX user expects: a ``custom_vjp`` has no forward-mode rule, so ``jax.jvp`` and

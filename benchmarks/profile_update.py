@@ -2,11 +2,13 @@
 
 Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``--updates`` per compiled call):
 
-- ``update``: ``agents.ppo.make_ppo(...).update``, the whole per-device step the runner maps;
-- ``collect``: ``rlpar.rollout.make_collector`` with the same network (see ``rollout_sps.make_policy``);
-- ``grad steps``: ``PPO.learn``, the ``update_epochs * num_minibatches`` shuffled minibatch gradient + optimizer
+- ``update``: ``rlpar.program.make_program(agent, ...).update`` for the PPO agent (``agents.ppo.make_ppo``), the
+  whole per-device step the runner maps: collect, then ``PPO.learn``;
+- ``collect``: ``rlpar.rollout.make_collector`` with PPO's ``act`` and ``bootstrap``, as the program builds it;
+- ``grad steps``: ``PPO.fit``, the ``update_epochs * num_minibatches`` shuffled minibatch gradient + optimizer
   steps on one update's batch;
-- ``rest`` = update - collect - grad steps.
+- ``rest`` = update - collect - grad steps (GAE, the last observation's value, batch flattening, loss and episode
+  statistics).
 
     python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
     python benchmarks/profile_update.py --num-envs 1024
@@ -48,24 +50,25 @@ def main(argv=None) -> int:
     import envs
     from agents.ppo import Batch, PPOConfig, make_ppo
     from rlpar import rollout
-    from rollout_sps import make_policy
+    from rlpar.program import make_program
 
     config = PPOConfig(num_envs=args.num_envs, num_steps=args.num_steps)
     env, env_params = envs.make(args.env)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
-    state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+    program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
+    state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))  # TrainState(agent: PPOState, rollout)
     k = args.updates
 
     def scan(body, carry, length):
         return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=length)[0]
 
-    update = jax.jit(lambda s: scan(lambda s: ppo.update(s)[0], s, k))
+    update = jax.jit(lambda s: scan(lambda s: program.update(s)[0], s, k))
     t_update = median_seconds(update, state, repeats=args.repeats) / k
 
-    _, policy_fn, value_fn = make_policy(env, env_params, config.hidden_sizes)
-    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, config.num_steps)
-    collect_k = jax.jit(lambda p, r: scan(lambda r: collect(p, r)[0], r, k))
-    t_collect = median_seconds(collect_k, state.params, state.rollout, repeats=args.repeats) / k
+    collect = rollout.make_collector(env, env_params, ppo.act, config.num_steps, bootstrap=ppo.bootstrap,
+                                     initial_carry=ppo.initial_carry)
+    collect_k = jax.jit(lambda a, r: scan(lambda r: collect(a, r)[0], r, k))
+    t_collect = median_seconds(collect_k, state.agent, state.rollout, repeats=args.repeats) / k
 
     n = config.batch_size  # one update's batch on this device
     obs_dim = env.observation_space(env_params).shape
@@ -73,20 +76,20 @@ def main(argv=None) -> int:
     batch = Batch(jax.random.normal(keys[0], (n, *obs_dim)), jax.random.randint(keys[1], (n,), 0, 2),
                   jnp.full((n,), -0.69), jnp.zeros(n), jax.random.normal(keys[2], (n,)), jnp.zeros(n))
 
-    def learn(carry):
+    def fit(carry):
         params, opt_state, key = carry
-        key, key_learn = jax.random.split(key)
-        params, opt_state, _ = ppo.learn(params, opt_state, batch, key_learn)
+        key, key_fit = jax.random.split(key)
+        params, opt_state, _ = ppo.fit(params, opt_state, batch, key_fit)
         return params, opt_state, key
 
     steps = config.update_epochs * config.num_minibatches
-    grads_k = jax.jit(lambda c: scan(learn, c, k))
-    t_grads = median_seconds(grads_k, (state.params, state.opt_state, jax.random.PRNGKey(3)),
+    grads_k = jax.jit(lambda c: scan(fit, c, k))
+    t_grads = median_seconds(grads_k, (state.agent.params, state.agent.opt_state, jax.random.PRNGKey(3)),
                              repeats=args.repeats) / k
 
     rest = t_update - t_collect - t_grads
     print(f"{args.env}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
-          f"{config.num_minibatches} minibatches of {n}, backend {jax.devices()[0].platform}")
+          f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
     print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")
     for name, t in (("collect", t_collect), (f"{steps} grad steps", t_grads), ("rest", rest)):
         print(f"{name:15s}{1e3 * t:8.2f} ms  {100 * t / t_update:5.1f}%")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import common  # noqa: F401  (puts the repository root on sys.path)
 import jax
 import jax.numpy as jnp
 import numpy as np

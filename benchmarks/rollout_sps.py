@@ -3,8 +3,10 @@
 Both programs step ``num_envs`` environments (split evenly over the devices) for ``num_steps`` steps per call with
 the same PPO actor-critic network choosing the actions; nothing learns. They differ only in what the engine adds:
 
-- engine: ``envs.make`` (FlattenObservation + EpisodeStatistics) and ``rlpar.rollout.make_collector``, whose
-  ``Transition`` also carries episode statistics and ``final_value`` (the critic at ``final_observation``);
+- engine: ``envs.make`` (FlattenObservation + EpisodeStatistics) and ``rlpar.rollout.make_collector`` driven by the
+  PPO agent's own ``act`` and ``bootstrap`` (``agents.ppo.make_ppo``, state from its ``init``), exactly as
+  ``rlpar.program`` builds it for training; its ``Transition`` also carries episode statistics, ``final`` (the
+  critic at the final observation of truncated steps) and ``extras`` (log-prob and value);
 - bare: raw ``gymnax.make`` stepped by ``jax.vmap`` inside ``jax.lax.scan``, keeping obs, action, log-prob, value,
   reward, terminated and truncated.
 
@@ -43,65 +45,85 @@ class BareTraj(NamedTuple):
     truncated: Any
 
 
-def make_policy(env, env_params, hidden_sizes):
-    """The PPO actor-critic for ``env`` (as ``agents.ppo`` builds it) and its acting functions.
+def ppo_config(num_envs: int, num_steps: int, hidden_sizes):
+    """The ``PPOConfig`` both programs take their network from (its activation is PPO's default).
 
-    Returns ``(network, policy_fn, value_fn)`` with ``policy_fn(params, obs [B, d], key) -> (action, log_prob,
-    value)`` and ``value_fn(params, obs [N, d]) -> value``, the same calls the PPO learner makes.
+    ``total_timesteps`` is at least one rollout so that the (unused) optimizer's schedule is well defined."""
+    from agents.ppo import PPOConfig
+
+    return PPOConfig(num_envs=num_envs, num_steps=num_steps, hidden_sizes=tuple(hidden_sizes),
+                     total_timesteps=max(PPOConfig().total_timesteps, num_envs * num_steps))
+
+
+def make_policy(env, env_params, hidden_sizes):
+    """The PPO actor-critic for ``env`` (as ``agents.ppo.make_ppo`` builds it) and a plain acting function for the
+    bare loop: ``(network, policy_fn)`` with ``policy_fn(params, obs [B, d], key) -> (action, log_prob, value)``,
+    the call PPO's ``act`` makes (without observation normalisation, which PPO's default config leaves off).
     """
     from agents.networks import ActorCritic, make_network
 
-    network = make_network(env.observation_space(env_params), env.action_space(env_params), hidden_sizes, "tanh")
+    config = ppo_config(1, 1, hidden_sizes)
+    network = make_network(env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes,
+                           config.activation)
 
     def policy_fn(params, obs, key):
         pi, value = network.apply(params, obs, method=ActorCritic.distribution)
         action = pi.sample(seed=key)
         return action, pi.log_prob(action), value
 
-    def value_fn(params, obs):
-        return network.apply(params, obs, method=ActorCritic.value)
-
-    return network, policy_fn, value_fn
+    return network, policy_fn
 
 
 def _repeated(collect, calls: int):
-    """``step((params, carry, traj)) -> ((params, carry, traj), {})``: ``calls`` collects in one ``lax.scan``, keeping
+    """``step((agent, carry, traj)) -> ((agent, carry, traj), {})``: ``calls`` collects in one ``lax.scan``, keeping
     the last trajectory as output so XLA cannot drop the work. Shared by the engine and the bare program."""
     import jax
 
     def step(state):
-        params, carry, traj = state
+        agent, carry, traj = state
 
         def one(inner, _):
             carry, _ = inner
-            return collect(params, carry), None
+            return collect(agent, carry), None
 
         (carry, traj), _ = jax.lax.scan(one, (carry, traj), None, length=calls)
-        return (params, carry, traj), {}
+        return (agent, carry, traj), {}
 
     return step
 
 
 def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
-    """``(make_init, make_step)`` for ``rlpar.parallel``: the engine's collector, ``calls`` collects per step."""
+    """``(make_init, make_step)`` for ``rlpar.parallel``: the engine's collector with PPO's ``act`` and
+    ``bootstrap``, as ``rlpar.program.make_program`` wires them, ``calls`` collects per step."""
     import jax
     import jax.numpy as jnp
 
     import envs
+    from agents.ppo import make_ppo
     from rlpar import rollout
 
     env, env_params = envs.make(env_id)
-    network, policy_fn, value_fn = make_policy(env, env_params, hidden_sizes)
-    collect = rollout.make_collector(env, env_params, policy_fn, value_fn, num_steps)
-    obs_dim = env.observation_space(env_params).shape
+    config = ppo_config(num_local_envs, num_steps, hidden_sizes)
 
-    def init(key_params, key_device):
-        params = network.init(key_params, jnp.zeros((1, *obs_dim), jnp.float32))
-        state = rollout.reset(env, env_params, key_device, num_local_envs)
-        traj_shape = jax.eval_shape(collect, params, state)[1]
-        return params, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
+    def build(axis_name):
+        ppo = make_ppo(config, env, env_params, num_local_envs, axis_name)
+        collect = rollout.make_collector(env, env_params, ppo.act, num_steps, bootstrap=ppo.bootstrap,
+                                         initial_carry=ppo.initial_carry)
+        return ppo, collect
 
-    return (lambda axis_name: init), (lambda axis_name: _repeated(collect, calls))
+    def make_init(axis_name):
+        ppo, collect = build(axis_name)
+
+        def init(key_params, key_device):
+            key_env, key_agent = jax.random.split(key_device)  # as rlpar.program's init
+            agent = ppo.init(key_params, key_agent)
+            state = rollout.reset(env, env_params, key_env, num_local_envs, ppo.initial_carry(num_local_envs))
+            traj_shape = jax.eval_shape(collect, agent, state)[1]
+            return agent, state, jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), traj_shape)
+
+        return init
+
+    return make_init, (lambda axis_name: _repeated(build(axis_name)[1], calls))
 
 
 def make_bare(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
@@ -113,7 +135,7 @@ def make_bare(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, ca
     import envs
 
     env, env_params = gymnax.make(env_id)
-    network, policy_fn, _ = make_policy(*envs.make(env_id), hidden_sizes)  # flat observations, as the engine's
+    network, policy_fn = make_policy(*envs.make(env_id), hidden_sizes)  # flat observations, as the engine's
     obs_dim = (math.prod(env.observation_space(env_params).shape),)
     reset_envs = jax.vmap(env.reset, in_axes=(0, None))
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))

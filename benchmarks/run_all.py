@@ -217,9 +217,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default="benchmarks/results/", help="output directory")
     parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--min-envs", type=int, default=1, help="smallest num_envs of the rollout sweep")
     parser.add_argument("--max-envs", type=int, default=8192, help="largest num_envs of the rollout sweep")
     parser.add_argument("--devices", default="1,2,4", help="device counts (fake CPU devices on a CPU-only host)")
     parser.add_argument("--train-devices", default="1,2,4", help="device counts for the training runs")
+    parser.add_argument("--configs", default=",".join(TRAIN_CONFIGS),
+                        help="comma list of training configurations to run: " + ", ".join(TRAIN_CONFIGS))
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per rollout point")
     parser.add_argument("--train-rounds", type=int, default=3,
                         help="rounds of training runs (every rlpar row and rejax once per round)")
@@ -237,12 +240,16 @@ def main(argv=None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     started = host_fields()["time_utc"]
     command = common.command_line()
-    configs = QUICK_TRAIN_CONFIGS if args.quick else TRAIN_CONFIGS
+    names = [name for name in args.configs.split(",") if name]
+    unknown = [name for name in names if name not in TRAIN_CONFIGS]
+    if unknown:
+        raise SystemExit(f"--configs {args.configs}: unknown {', '.join(unknown)}; known: {', '.join(TRAIN_CONFIGS)}")
+    configs = {name: (QUICK_TRAIN_CONFIGS if args.quick else TRAIN_CONFIGS)[name] for name in names}
     t0 = time.perf_counter()
 
     if "rollout" not in skip:
         sweep.main(["--env", args.env, "--max-envs", str(64 if args.quick else args.max_envs),
-                    "--min-envs", "16" if args.quick else "1", "--devices", args.devices,
+                    "--min-envs", "16" if args.quick else str(args.min_envs), "--devices", args.devices,
                     "--repeats", str(2 if args.quick else args.repeats), "--quiet",
                     "--out", str(out_dir / "rollout.jsonl"), "--png", str(out_dir / "rollout_sps.png")])
         print(f"[run_all] rollout sweep done at {time.perf_counter() - t0:.0f} s", flush=True)
@@ -266,7 +273,7 @@ def main(argv=None) -> int:
             if "peers" not in skip:
                 train_peer("rejax", name, config, args.peer_repeats, train_out, round_)
         print(f"[run_all] training round {round_} done at {time.perf_counter() - t0:.0f} s", flush=True)
-    if "peers" not in skip:
+    if "peers" not in skip and "default" in configs:
         sb3 = dict(configs["default"], total_timesteps=min(args.sb3_timesteps, configs["default"]["total_timesteps"]))
         train_peer("sb3", "default", sb3, 1, train_out, None)  # once, after the rounds
     table = write_table(out_dir, command, started)

@@ -10,7 +10,8 @@ Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads it
     python benchmarks/train_sps.py --devices 1
     python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000 --out results/train.jsonl
 
-PPO flags are the same as ``python -m rlpar.train ppo`` (generated from ``PPOConfig``).
+PPO flags are the same as ``python -m rlpar.train ppo`` (generated from ``PPOConfig``), and as there they start
+from the ``--env``'s preset (``PPOConfig.for_env``; CartPole-v1's is the plain defaults).
 """
 
 from __future__ import annotations
@@ -75,9 +76,11 @@ def parse_args(argv=None):
     # arrays at import): read --devices first.
     early = argparse.ArgumentParser(add_help=False)
     early.add_argument("--devices", type=int, default=1)
+    early.add_argument("--env", default=None)
+    known = early.parse_known_args(argv)[0]
     from rlpar import parallel
 
-    parallel.request_cpu_devices(early.parse_known_args(argv)[0].devices)
+    parallel.request_cpu_devices(known.devices)
 
     from agents.ppo import PPOConfig
     from rlpar import cli
@@ -88,12 +91,13 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
     parser.add_argument("--out", default=None, help="append JSON lines to this file")
     cli.add_dataclass_flags(parser, RunConfig, "run")
-    cli.add_dataclass_flags(parser, PPOConfig, "ppo")
+    base = PPOConfig.for_env(known.env or RunConfig.env)  # the env's preset, as the training CLI's base
+    cli.add_dataclass_flags(parser, PPOConfig, "ppo", base=base)
     args = parser.parse_args(argv)
     run_config = cli.build_dataclass(RunConfig, args, run_dir="")
     if getattr(args, "RunConfig.devices") is None:
         run_config = dataclasses.replace(run_config, devices=1)
-    config = cli.build_dataclass(PPOConfig, args)
+    config = cli.build_dataclass(PPOConfig, args, base=base)
     return args, run_config.validate(), config
 
 

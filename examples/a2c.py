@@ -17,7 +17,7 @@ The engine collects ``num_steps`` steps of every environment with ``act`` and ca
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,7 @@ from flax import struct
 
 from agents.advantages import gae
 from agents.networks import ActorCritic, make_network
-from rlpar.agent import AgentConfig, AgentSpec, config_field
+from rlpar.agent import AgentConfig, AgentFunctions, AgentSpec, config_field
 from rlpar.collectives import pmean
 from rlpar.rollout import Experience
 
@@ -59,16 +59,7 @@ class A2CState:
     opt_state: Any
 
 
-class A2C(NamedTuple):  # the rlpar.agent.Agent functions
-    init: Any
-    initial_carry: Any
-    act: Any
-    bootstrap: Any
-    learn: Any
-    policy: Any
-
-
-def make_a2c(config: A2CConfig, env, env_params, num_envs: int, axis_name: str | None) -> A2C:
+def make_a2c(config: A2CConfig, env, env_params, num_envs: int, axis_name: str | None) -> AgentFunctions:
     network = make_network(env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes,
                            "tanh")
     tx = optax.adam(config.lr)
@@ -109,7 +100,7 @@ def make_a2c(config: A2CConfig, env, env_params, num_envs: int, axis_name: str |
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         return A2CState(optax.apply_updates(state.params, updates), opt_state), metrics
 
-    return A2C(init, lambda n: (), act, value, learn, policy)
+    return AgentFunctions(init, lambda n: (), act, value, learn, policy)
 
 
 SPEC = AgentSpec(name="a2c", config_cls=A2CConfig, make=make_a2c)

@@ -61,6 +61,17 @@ class Agent(Protocol):
     policy: Callable[[Any, bool], PolicyFn]
 
 
+class AgentFunctions(NamedTuple):
+    """A ready-made container satisfying ``Agent``, for agents with nothing else to export."""
+
+    init: Callable[[jax.Array, jax.Array], Any]
+    initial_carry: Callable[[int], Any]
+    act: Callable[[Any, Any, jax.Array, jax.Array], tuple[jax.Array, Any, Any]]
+    bootstrap: Callable[[Any, Any, jax.Array], Any] | None
+    learn: Callable[[Any, Experience], tuple[Any, dict]]
+    policy: Callable[[Any, bool], PolicyFn]
+
+
 class AgentSpec(NamedTuple):
     """An agent family as the runner, the CLI and evaluation see it."""
 

@@ -5,10 +5,9 @@ collective), so the same function runs unmapped, under ``jax.pmap`` or under ``j
 provides the axis is decided only in ``rlpar/parallel.py``.
 
 A pytree is reduced in one collective per dtype, not one per leaf: its leaves are raveled into one vector, reduced,
-and split back. The result is the same (the reduction is elementwise), but the device rendezvous happens once. On
-XLA:CPU that matters: a gradient pytree of 12 leaves reduced leaf by leaf (XLA combines them into one all-reduce
-instruction, but the CPU runtime still meets once per operand) took about 0.95 ms per PPO minibatch step on 2
-devices, raveled about 0.2 ms (``benchmarks/collective_cost.py``).
+and split back. The result is the same (the reduction is elementwise), but the device rendezvous happens once, which
+on XLA:CPU is several times cheaper than meeting once per leaf (``benchmarks/collective_cost.py``; figures in
+``benchmarks/README.md``).
 """
 
 from __future__ import annotations

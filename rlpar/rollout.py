@@ -110,8 +110,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 
     ``final`` without keeping every step's final observation: the scan carries, per environment, the final
     observation (and carry) of its latest truncated step, and one batched ``bootstrap`` call after the scan serves
-    them all (storing ``[T, B, ...]`` final observations instead costs about 10% of the collector's time at 1024
-    envs and more; ``benchmarks/README.md``). An environment is truncated twice in one collect only when
+    them all (storing ``[T, B, ...]`` final observations instead was measurably slower: ``benchmarks/README.md``). An environment is truncated twice in one collect only when
     ``num_steps`` exceeds its time limit; then the earlier one is bootstrapped on the spot (under ``lax.cond``, so
     the usual step pays only for a select) and ``_place_spilled`` moves it to its step after the scan.
     """

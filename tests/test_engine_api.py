@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +15,7 @@ import pytest
 import agents
 from rlpar import evaluate, parallel, runner
 from rlpar import train as train_cli
-from rlpar.agent import Agent, AgentConfig, AgentSpec
+from rlpar.agent import Agent, AgentConfig, AgentFunctions, AgentSpec
 from rlpar.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,16 +59,8 @@ def test_users_agent_learns_cartpole():
     assert runner.mean_recent_return(result.metrics) > 150  # a random policy scores about 22
 
 
-class _Still(NamedTuple):  # an agent whose policy ignores its inputs: a constant action, a constant bootstrap
-    init: Any
-    initial_carry: Any
-    act: Any
-    bootstrap: Any
-    learn: Any
-    policy: Any
-
-
 def _make_still(config, env, env_params, num_envs, axis_name):
+    """An agent whose act ignores its inputs (a constant action and carry) and whose bootstrap is a constant."""
     def act(state, carry, obs, key):
         return jnp.zeros((num_envs,), jnp.int32), jnp.zeros((num_envs, 2)), {"constant": jnp.ones(num_envs)}
 
@@ -78,7 +69,7 @@ def _make_still(config, env, env_params, num_envs, axis_name):
         return state + 1, {"truncations": jax.lax.psum(jnp.sum(experience.traj.truncated), axis_name),
                            "finals": jax.lax.psum(finals, axis_name)}
 
-    return _Still(lambda kp, kd: jnp.int32(0), lambda n: jnp.zeros((n, 2)), act,
+    return AgentFunctions(lambda kp, kd: jnp.int32(0), lambda n: jnp.zeros((n, 2)), act,
                   lambda state, carry, obs: jnp.full((num_envs,), 5.0), learn,
                   lambda state, det: (lambda carry, obs, key: (jnp.zeros(obs.shape[0], jnp.int32), carry)))
 

@@ -47,8 +47,9 @@ def test_gif_of_a_cartpole_episode(tiny_run_dir, tmp_path):
     from PIL import Image
 
     path = tmp_path / "episode.gif"
-    frames = evaluate.write_gif(tiny_run_dir, path, max_frames=3)
-    assert frames == 3
+    drawn = []
+    frames = evaluate.write_gif(tiny_run_dir, path, max_frames=3, on_frame=lambda i, n: drawn.append((i, n)))
+    assert frames == 3 and drawn[-1] == (2, 3)  # progress reported frame by frame
     with Image.open(path) as image:
         assert image.format == "GIF" and image.n_frames == 3
 

@@ -75,11 +75,14 @@ def test_lr_sweep_scales_the_update_size():
     assert moved[0] < moved[1] * 1e-4
 
 
-def test_cli_writes_per_seed_metrics(tmp_path):
+def test_cli_writes_per_seed_metrics(tmp_path, capsys):
     code = train_cli.main(["ppo", "--num-envs", "4", "--num-steps", "16", "--total-timesteps", "128",
                            "--num-minibatches", "2", "--devices", "2", "--num-seeds", "2", "--log-every", "2",
                            "--run-dir", str(tmp_path / "r")])
     assert code == 0
+    done = [line for line in capsys.readouterr().out.splitlines() if line.startswith("done:")]
+    assert done[0].startswith("done: 256 env steps")  # 2 updates x 64 steps, counted for both seeds
+    assert "seed=0: " in done[0] and "seed=1: " in done[0]
     lines = [json.loads(x) for x in (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()]
     assert len(lines[-1]["slots"]) == 2
     meta = json.loads((tmp_path / "r" / "config.json").read_text())
