@@ -14,7 +14,9 @@ from pathlib import Path
 from rlpar import rundir
 from rlpar.checkpoint import CheckpointError, Position
 
-TIMING_FIELDS = ("time_s", "sps")  # vary from run to run; everything else in a record is deterministic
+# Vary from run to run; everything else in a record is deterministic. startup_s (process start to the first update,
+# in the first record a process writes) only where the caller knows when the process started (the CLI does).
+TIMING_FIELDS = ("time_s", "sps", "startup_s", "memory")
 _STEP_FIELDS = ("update", "env_steps")  # TensorBoard's x axis, not scalars of their own
 
 
@@ -24,20 +26,25 @@ def split_record(record: dict) -> tuple[dict, dict]:
     return {k: v for k, v in record.items() if k not in TIMING_FIELDS}, timing
 
 
-def tensorboard_scalars(record: dict) -> dict[str, float]:
+def tensorboard_scalars(record: dict, prefix: str = "") -> dict[str, float]:
     """A record as TensorBoard tags: namespaced names kept (``loss/policy``), episode statistics under ``train/``,
-    timing under ``perf/``; missing values (``None``: no episode ended in the chunk) left out."""
+    timing under ``perf/``; missing values (``None``: no episode ended in the chunk) left out. Each slot of a
+    multi-seed or sweep run gets its own tags (``slot1/train/episode_return``), each device's memory its own
+    (``perf/memory/device0/peak_bytes_in_use``)."""
     scalars = {}
     for name, value in record.items():
         if name in _STEP_FIELDS or value is None:
             continue
-        if "/" in name:
-            tag = name
-        elif name in TIMING_FIELDS:
-            tag = f"perf/{name}"
+        if name == "slots":
+            for i, slot in enumerate(value):
+                scalars.update(tensorboard_scalars(slot, f"slot{i}/"))
+        elif name == "memory":
+            for device in value:
+                scalars.update({f"perf/memory/device{device['device']}/{key}": float(v)
+                                for key, v in device.items() if key != "device"})
         else:
-            tag = f"train/{name}"
-        scalars[tag] = float(value)
+            tag = name if "/" in name else f"perf/{name}" if name in TIMING_FIELDS else f"train/{name}"
+            scalars[prefix + tag] = float(value)
     return scalars
 
 

@@ -149,6 +149,21 @@ def select_devices(num_devices: int | None = None) -> list:
     return [d for p in range(jax.process_count()) for d in jax.local_devices(process_index=p)[:num_devices]]
 
 
+def memory_stats(devices: Sequence) -> list[dict] | None:
+    """Bytes in use and the peak so far on each of this process's ``devices``, where the backend reports them
+    (GPU, TPU: ``device.memory_stats()``); ``None`` where it does not (XLA:CPU)."""
+    stats = []
+    for device in devices:
+        if device.process_index != jax.process_index():
+            continue
+        raw = device.memory_stats() if hasattr(device, "memory_stats") else None
+        if not raw or "bytes_in_use" not in raw:
+            return None
+        stats.append({"device": device.id, "bytes_in_use": int(raw["bytes_in_use"]),
+                      "peak_bytes_in_use": int(raw.get("peak_bytes_in_use", raw["bytes_in_use"]))})
+    return stats or None
+
+
 def local_positions(devices: Sequence) -> list[int]:
     """Positions in ``devices`` (a global list) of this process's devices; all of them in a single-process run."""
     me = jax.process_index()

@@ -59,12 +59,21 @@ def format_return(record: dict, slot_labels: list[str] | None = None) -> str:
     return f"{ret:9.2f}" if ret is not None else "      n/a"
 
 
+def format_memory(record: dict) -> str:
+    """The highest peak device memory in the record (``"peak mem 1.25 GiB"``), or ``""`` where the backend does
+    not report memory (XLA:CPU)."""
+    if not record.get("memory"):
+        return ""
+    return f"peak mem {max(d['peak_bytes_in_use'] for d in record['memory']) / 2**30:.2f} GiB"
+
+
 def format_record(record: dict, num_updates: int, slot_labels: list[str] | None = None) -> str:
     """One plain progress line for a log record (``slot_labels``: see ``format_return``)."""
+    memory = format_memory(record)
     return (
         f"update {record['update']:>6}/{num_updates}  steps {record['env_steps']:>11,}  "
         f"sps {record['sps']:>10,.0f}  return {format_return(record, slot_labels)}  "
-        f"loss {record.get('loss/total', float('nan')):8.4f}"
+        f"loss {record.get('loss/total', float('nan')):8.4f}" + (f"  {memory}" if memory else "")
     )
 
 
@@ -172,7 +181,7 @@ class ProgressDisplay:
         if self._progress is not None:
             self._progress.update(
                 self._task, completed=record["env_steps"], update=record["update"], sps=f"{record['sps']:,.0f}",
-                ret=format_return(record, self.slot_labels).strip(), eta=eta, status="",
+                ret=format_return(record, self.slot_labels).strip(), eta=eta, status=format_memory(record),
             )
         else:
             print(f"{format_record(record, self.num_updates, self.slot_labels)}  eta {eta}", file=self.stream,

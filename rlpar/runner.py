@@ -7,6 +7,7 @@ Between calls the host only reads small per-update metrics; environments, acting
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, guard, logs, parallel, program, rundir, seeds
+from rlpar import checkpoint, compile_cache, guard, logs, parallel, program, rundir, seeds
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -42,6 +43,11 @@ class RunConfig:
     sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
                         "sweepable, e.g. lr); runs num_seeds x values slots")
     backend: str = _f("pmap", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a 1-D device mesh)")
+    profile: str = _f("", "write a jax.profiler trace of one chunk of updates (the second: compiled and warm) to "
+                          "this directory, for TensorBoard's profile plugin or Perfetto; empty = none")
+    compile_cache: str = _f("", "directory of JAX's persistent compilation cache, so an identical run loads its "
+                                "program instead of compiling it; empty = $RLPAR_CACHE_DIR or ~/.cache/rlpar/jax; "
+                                "off (or --no-compile-cache) = none")
     # Multi-process runs (see README "Past one machine"); every process gets the same flags except process_id.
     coordinator: str = _f("", "multi-process: HOST:PORT of process 0's coordinator; 'auto' = read the cluster's "
                               "environment (SLURM, Open MPI, JAX_COORDINATOR_ADDRESS); empty = single process")
@@ -101,11 +107,13 @@ class Interrupted(Exception):
 
 
 class Hooks(NamedTuple):
-    """What the host loop reports while it runs (all optional): the CLI's progress display listens."""
+    """What the host loop reports while it runs (all optional): the CLI's progress display listens. With
+    ``started_at`` (a ``time.time()`` of the process start) the first chunk's record gets ``startup_s``."""
 
     on_log: Callable[[dict], None] | None = None  # each chunk's record
     on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
     # ("resumed", {"update", "checkpoint"})
+    started_at: float | None = None
 
 
 class _Prepared(NamedTuple):
@@ -157,8 +165,8 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     compiled, compile_s = _compile(prepared, run_config, state, lengths, hooks)
     records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
-        state = _train(compiled, state, lengths, done, records, _Outputs(checkpoints, logger, hooks, prepared.meta),
-                       config, run_config, prepared.slots)
+        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices)
+        state = _train(compiled, state, lengths, done, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
             logger.close()
@@ -172,6 +180,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
 
     run_config.validate()
     parallel.request_cpu_devices(run_config.devices)  # takes effect only if no JAX backend has started yet
+    compile_cache.enable(run_config.compile_cache)
     parallel.init_distributed(
         run_config.coordinator, run_config.num_processes, run_config.process_id,
         init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
@@ -239,7 +248,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state, lengths: list[in
         return {}, 0.0
     if hooks.on_status:
         hooks.on_status("compiling", {})
-    start = time.perf_counter()
+    start, hits = time.perf_counter(), compile_cache.hits()
     compiled = {}
     for length in sorted(set(lengths)):
         def make_step(axis_name, length=length):
@@ -248,8 +257,8 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state, lengths: list[in
 
         compiled[length] = parallel.compile_step(make_step, prepared.devices, state, backend=run_config.backend)
     compile_s = time.perf_counter() - start
-    if hooks.on_status:
-        hooks.on_status("compiled", {"seconds": compile_s})
+    if hooks.on_status:  # cached: every program came from the persistent compilation cache
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": compile_cache.hits() - hits >= len(compiled)})
     return compiled, compile_s
 
 
@@ -267,22 +276,30 @@ class _Outputs(NamedTuple):
     logger: RunLogger | None
     hooks: Hooks
     meta: dict
+    devices: list  # for their memory statistics
 
 
 def _train(compiled: dict, state, lengths: list[int], done: int, records: list[dict], out: _Outputs, config,
            run_config: RunConfig, slots: seeds.Slots):
     """Run the chunks; log each one and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of the
     interrupted chunk is logged or saved, so the run dir stays resumable)."""
+    startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
     try:
-        for length in lengths:
+        for i, length in enumerate(lengths):
             start = time.perf_counter()
-            new_state, raw = compiled[length](state)
-            raw = parallel.to_host(raw)  # waits for the devices
+            with _profiling(run_config.profile if i == min(1, len(lengths) - 1) else ""):  # one chunk, warmed up
+                new_state, raw = compiled[length](state)
+                raw = parallel.to_host(raw)  # waits for the devices
             seconds = time.perf_counter() - start
             _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
             state, before, done = new_state, done, done + length
             record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
                                steps_in_chunk=length * config.batch_size * slots.count)  # sps: every slot's steps
+            if startup_s is not None:
+                record["startup_s"], startup_s = round(startup_s, 3), None
+            memory = parallel.memory_stats(out.devices)
+            if memory is not None:
+                record["memory"] = memory
             _finish_chunk(record, records, out)
             if out.checkpoints is not None and _checkpoint_due(before, done, run_config.checkpoint_every,
                                                                config.num_updates):
@@ -291,6 +308,20 @@ def _train(compiled: dict, state, lengths: list[int], done: int, records: list[d
         latest = out.checkpoints.latest() if out.checkpoints is not None else None
         raise Interrupted(done, latest, run_config.run_dir) from None
     return state
+
+
+@contextlib.contextmanager
+def _profiling(directory: str):
+    """A ``jax.profiler`` trace of what runs inside, into ``directory`` (nothing when empty); TensorBoard's profile
+    plugin opens the ``.xplane.pb``, Perfetto (ui.perfetto.dev) the ``.trace.json.gz``."""
+    if not directory or not parallel.is_primary():
+        yield
+        return
+    jax.profiler.start_trace(str(Path(directory).absolute()), create_perfetto_trace=True)
+    try:
+        yield
+    finally:
+        jax.profiler.stop_trace()
 
 
 def _finish_chunk(record: dict, records: list[dict], out: _Outputs) -> None:

@@ -10,9 +10,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 from rlpar import cli, resume
 from rlpar.runner import RunConfig
+
+_IMPORTED_AT = time.time()
+
+
+def process_started() -> float:
+    """``time.time()`` when this process started: from ``/proc`` on Linux, else when this module was imported."""
+    try:
+        with open("/proc/self/stat") as stat, open("/proc/uptime") as uptime:
+            start_ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # field 22, starttime, in clock ticks
+            since_boot = float(uptime.read().split()[0])
+        return time.time() - since_boot + start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return _IMPORTED_AT
 
 
 def _prog() -> str:
@@ -66,6 +80,8 @@ def _parse(spec, argv: list[str]):
     parser = argparse.ArgumentParser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
     cli.add_dataclass_flags(parser, RunConfig, "run")
     cli.add_dataclass_flags(parser, spec.config_cls, spec.name, base=base)
+    parser.add_argument("--no-compile-cache", dest="RunConfig.compile_cache", action="store_const", const="off",
+                        help="compile from scratch, without JAX's persistent compilation cache")
     parser.add_argument(resume.FLAG, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest complete "
                         "checkpoint, with the settings in its config.json (give no other flags)")
     args = parser.parse_args(argv)
@@ -163,8 +179,10 @@ def _done_line(result, run_config: RunConfig) -> str:
     slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
     steps = result.metrics[-1]["env_steps"] if result.metrics else 0
     all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
+    startup = [r["startup_s"] for r in result.metrics if "startup_s" in r][-1:]  # this process's
+    startup_s = f", {startup[0]:.1f}s from process start to the first update" if startup else ""
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
-            f"+ {result.compile_s:.1f}s compile; mean return of the last logged episodes "
+            f"+ {result.compile_s:.1f}s compile{startup_s}; mean return of the last logged episodes "
             f"{recent_returns(result.metrics, _slot_labels(run_config))}")
 
 
@@ -188,9 +206,10 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
             elif event == "compiling":
                 show.compiling()
             elif event == "compiled":
-                show.compiled(info["seconds"])
+                show.compiled(info["seconds"], info.get("cached"))
 
-        return run(spec, config, run_config, hooks=Hooks(on_log=show, on_status=on_status),
+        return run(spec, config, run_config, hooks=Hooks(on_log=show, on_status=on_status,
+                                                         started_at=process_started()),
                    resume=resume_dir is not None)
 
 

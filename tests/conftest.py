@@ -1,10 +1,15 @@
-"""Four fake CPU devices for every test, set before the first JAX computation."""
+"""Four fake CPU devices for every test, set before the first JAX computation; a compilation cache of the session's
+own, shared by the tests and the processes they start (identical programs compile once), never the user's."""
+
+import os
+import tempfile
 
 import jax
 import pytest
 
 NUM_TEST_DEVICES = 4
 jax.config.update("jax_num_cpu_devices", NUM_TEST_DEVICES)
+os.environ["RLPAR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlpar-test-cache-")
 
 
 # A tiny finished run (2 devices, 6 updates of one chunk each, checkpoints every 2 updates, TensorBoard on), trained

@@ -21,7 +21,8 @@ def test_same_seed_and_devices_twice_give_a_bit_identical_metrics_file(tiny_run_
     records = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
     timing = [json.loads(line) for line in (run_dir / rundir.TIMING).read_text().splitlines()]
     assert [r["update"] for r in records] == [t["update"] for t in timing] == [1, 2, 3, 4, 5, 6]
-    assert not set(TIMING_FIELDS) & set(records[0]) and set(TIMING_FIELDS) <= set(timing[0])
+    assert not set(TIMING_FIELDS) & set(records[0])
+    assert {"time_s", "sps", "startup_s"} <= set(timing[0])  # memory only where the backend reports it (not CPU)
     assert {"episode_return", "loss/total", "env_steps"} <= set(records[0])
 
 
