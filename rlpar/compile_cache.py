@@ -7,7 +7,7 @@ entry, never a wrong program. rlpar gives the cache a size limit (``MAX_BYTES``)
 recently used entries and hold a file lock (``filelock``) around every read and write, so several processes (or the
 processes of one multi-process run) may share a directory.
 
-Where: ``$RLPAR_CACHE_DIR``, else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``; ``--compile-cache DIR``
+Where: ``$RLPAR_CACHE_DIR`` (``off`` turns it off), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``; ``--compile-cache DIR``
 moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a run.
 """
 
@@ -23,9 +23,10 @@ _hits = [0]  # persistent-cache hits seen in this process (one listener, registe
 _listening = [False]
 
 
-def default_dir() -> Path:
+def default_dir() -> Path | None:
+    """``$RLPAR_CACHE_DIR`` (``off``: no cache), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``."""
     if os.environ.get("RLPAR_CACHE_DIR"):
-        return Path(os.environ["RLPAR_CACHE_DIR"])
+        return None if os.environ["RLPAR_CACHE_DIR"] == OFF else Path(os.environ["RLPAR_CACHE_DIR"])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "rlpar" / "jax"
 

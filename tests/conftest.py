@@ -1,15 +1,19 @@
-"""Four fake CPU devices for every test, set before the first JAX computation; a compilation cache of the session's
-own, shared by the tests and the processes they start (identical programs compile once), never the user's."""
+"""Four fake CPU devices for every test, set before the first JAX computation; no persistent compilation cache
+(``tests/test_compile_cache.py`` gives its runs their own), so the tests never touch the user's."""
 
 import os
-import tempfile
 
 import jax
 import pytest
 
 NUM_TEST_DEVICES = 4
 jax.config.update("jax_num_cpu_devices", NUM_TEST_DEVICES)
-os.environ["RLPAR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlpar-test-cache-")
+# Start the backend now: importing rlpar starts none, and the first test to ask for --devices 2 would otherwise
+# start it with 2. Once started, the count stays 4 whatever a test asks.
+assert len(jax.devices()) == NUM_TEST_DEVICES
+# Off for the suite: once, in a full run with the cache on, XLA:CPU aborted the whole pytest process while
+# serializing an executable for it (not reproduced in isolation; see benchmarks/README.md).
+os.environ["RLPAR_CACHE_DIR"] = "off"
 
 
 # A tiny finished run (2 devices, 6 updates of one chunk each, checkpoints every 2 updates, TensorBoard on), trained

@@ -1,0 +1,67 @@
+"""The README's train command, cold (empty compilation cache) and warm (the cache the cold run filled), alternating.
+
+Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process twice: first with
+a new, empty ``--compile-cache`` directory, then again with the same directory. Reported per run: the compile time
+and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
+update, ``timing.jsonl``'s ``startup_s``) and the whole command's wall time. Medians over rounds, and the ratio warm /
+cold of each round.
+
+    python benchmarks/compile_cache.py --rounds 3 --out benchmarks/results/compile_cache.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import common
+
+
+def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
+    argv = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache),
+            "--run-dir", str(run_dir), *extra]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True, timeout=900)
+    wall = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(proc.stderr[-2000:])
+    compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache\))?", proc.stdout)
+    timing = json.loads((run_dir / "timing.jsonl").read_text().splitlines()[0])
+    return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
+            "startup_s": timing["startup_s"], "wall_s": wall}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", default=None, help="append JSON lines here")
+    parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(args.rounds):
+            cache = Path(tmp) / f"cache{r}"
+            for kind in ("cold", "warm"):
+                row = {"benchmark": "compile_cache", "round": r, "run": kind,
+                       **run_once(cache, Path(tmp) / f"run{r}{kind}", args.extra), **common.host_fields(),
+                       "command": common.command_line()}
+                rows.append(row)
+                common.emit(row, args.out)
+    for key in ("compile_s", "startup_s", "wall_s"):
+        cold = [row[key] for row in rows if row["run"] == "cold"]
+        warm = [row[key] for row in rows if row["run"] == "warm"]
+        ratios = [w / c for w, c in zip(warm, cold)]
+        print(f"{key}: cold median {statistics.median(cold):.2f}, warm median {statistics.median(warm):.2f}, "
+              f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
