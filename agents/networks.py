@@ -8,14 +8,16 @@ sample to ``[-1, 1]`` and rescales it, see ``envs.RescaleAction``).
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 from agents.layers import Conv3x3, Dense
+
+if TYPE_CHECKING:  # distrax pulls in tensorflow-probability (~0.5 s): imported when a policy is first built
+    import distrax
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 
@@ -96,6 +98,8 @@ class ActorCritic(nn.Module):
 
     def distribution(self, obs: jax.Array):
         """``(pi, value)``: the distrax policy for ``obs`` and the critic's value."""
+        import distrax
+
         out, value = self(obs)
         if self.continuous:
             std = jnp.broadcast_to(jnp.exp(self.log_std), out.shape)
@@ -105,6 +109,8 @@ class ActorCritic(nn.Module):
 
 def policy(logits: jax.Array) -> distrax.Categorical:
     """The categorical action distribution for a batch of logits."""
+    import distrax
+
     return distrax.Categorical(logits=logits.astype(jnp.float32))
 
 

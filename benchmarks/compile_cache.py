@@ -4,7 +4,9 @@ Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in
 a new, empty ``--compile-cache`` directory, then again with the same directory. Reported per run: the compile time
 and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
 update, ``timing.jsonl``'s ``startup_s``) and the whole command's wall time. Medians over rounds, and the ratio warm /
-cold of each round.
+cold of each round. Where rejax is installed (``python benchmarks/peers.py install``), each round also runs rejax's
+equivalent whole training script (import, compile, train the same config once) in a fresh process, and the ratio warm
+rlpar / rejax of each round is reported.
 
     python benchmarks/compile_cache.py --rounds 3 --out benchmarks/results/compile_cache.jsonl
 """
@@ -22,6 +24,7 @@ import time
 from pathlib import Path
 
 import common
+import peers
 
 
 def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
@@ -36,6 +39,16 @@ def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
     timing = json.loads((run_dir / "timing.jsonl").read_text().splitlines()[0])
     return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
             "startup_s": timing["startup_s"], "wall_s": wall}
+
+
+def run_rejax() -> dict | None:
+    """rejax's whole training command on the same config (PPOConfig's CartPole preset: peers.py's defaults)."""
+    if not peers.installed("rejax"):
+        return None
+    start = time.perf_counter()
+    record = peers.run_peer("rejax", ["--repeats", "1"])
+    wall = time.perf_counter() - start
+    return None if record is None else {"compile_s": record["compile_s"], "wall_s": wall}
 
 
 def main() -> int:
@@ -54,12 +67,24 @@ def main() -> int:
                        "command": common.command_line()}
                 rows.append(row)
                 common.emit(row, args.out)
+            peer = run_rejax()
+            if peer is not None:
+                row = {"benchmark": "compile_cache", "round": r, "run": "rejax", **peer, **common.host_fields()}
+                rows.append(row)
+                common.emit(row, args.out)
     for key in ("compile_s", "startup_s", "wall_s"):
         cold = [row[key] for row in rows if row["run"] == "cold"]
         warm = [row[key] for row in rows if row["run"] == "warm"]
         ratios = [w / c for w, c in zip(warm, cold)]
         print(f"{key}: cold median {statistics.median(cold):.2f}, warm median {statistics.median(warm):.2f}, "
               f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+    rejax = [row for row in rows if row["run"] == "rejax"]
+    if rejax:
+        warm = [row["wall_s"] for row in rows if row["run"] == "warm"]
+        ratios = [w / p["wall_s"] for w, p in zip(warm, rejax)]
+        print(f"rejax whole command: median {statistics.median(p['wall_s'] for p in rejax):.2f}s "
+              f"(compile {statistics.median(p['compile_s'] for p in rejax):.2f}s); rlpar warm / rejax median "
+              f"{statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
     return 0
 
 

@@ -9,7 +9,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 from flax import struct
-from gymnax.environments import environment, spaces
+
+from envs.deferred import import_gymnax
+
+import_gymnax()  # before the gymnax imports below: they would otherwise import its plotting libraries eagerly
+from gymnax.environments import environment, spaces  # noqa: E402
 
 
 @struct.dataclass

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from envs.adapters import adapt_step
+from envs.deferred import import_gymnax
 from envs.probes import PROBES
 from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
 
@@ -42,7 +43,7 @@ UNSUPPORTED = {
 
 
 def _gymnax_ids() -> list[str]:
-    import gymnax
+    gymnax = import_gymnax()
 
     return [i for i in gymnax.registered_envs if i not in UNSUPPORTED]
 
@@ -137,9 +138,7 @@ def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
     if ":" in env:
         return _call_factory(repr(env), _from_spec(env), env_kwargs)
     if env in _gymnax_ids():
-        import gymnax
-
-        return gymnax.make(env, **env_kwargs)
+        return import_gymnax().make(env, **env_kwargs)
     raise _unknown(env)
 
 
@@ -166,6 +165,7 @@ def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env
       ValueError: for an unknown id (listing the closest known ids), a bad ``module:attribute``, or a factory that
         returns no environment.
     """
+    import_gymnax()
     from gymnax.environments import spaces
 
     raw, made_params = _resolve(env, env_kwargs)

@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -80,3 +83,18 @@ def test_episode_statistics_on_terminating_env_under_vmap():
 def test_env_ids_include_gymnax_and_probes():
     ids = envs.env_ids()
     assert "CartPole-v1" in ids and "Probe-Truncated-v0" in ids
+
+
+def test_making_a_gymnax_env_defers_its_plotting_libraries_until_used():
+    """gymnax imports seaborn and matplotlib.pyplot for rendering only; envs.make leaves them unloaded (start-up
+    time), and they still work when used afterwards, through gymnax's own references too."""
+    code = (
+        "import sys, envs\n"
+        "envs.make('CartPole-v1')\n"
+        "print('scipy' in sys.modules, 'pandas' in sys.modules)\n"
+        "import matplotlib.pyplot as plt, seaborn as sns\n"
+        "from gymnax.environments.misc import pong\n"
+        "print(type(plt.figure()).__name__, len(sns.color_palette('cubehelix', 3)), pong.sns.color_palette is not None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True).stdout
+    assert out.split() == ["False", "False", "Figure", "3", "True"]

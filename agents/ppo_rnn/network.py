@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import distrax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from agents.networks import MLP, policy
+
+if TYPE_CHECKING:
+    import distrax
 
 
 class RecurrentActorCritic(nn.Module):
