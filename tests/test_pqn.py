@@ -306,14 +306,15 @@ def test_evaluate_runs_the_greedy_policy_of_a_pqn_run(tiny_pqn_run, capsys):
     assert "greedy policy, 3 episodes" in capsys.readouterr().out
 
 
-def test_seeds_and_a_hyperparameter_sweep_in_one_compile(monkeypatch):
-    # 2 seeds x lr in {1e-9, 1e-3}, no annealing: 4 slots (seed 0, seed 1 at each lr) in one compiled program.
+def test_seeds_and_a_hyperparameter_sweep_in_one_compile_under_shard_map(monkeypatch):
+    # 2 seeds x lr in {1e-9, 1e-3}, no annealing: 4 slots (seed 0, seed 1 at each lr) in one compiled program, on
+    # the shard_map backend (the other tests run pmap), whose check_vma proves every metric is reduced over devices.
     compiles = []
     compile_step = parallel.compile_step
     monkeypatch.setattr(parallel, "compile_step", lambda *a, **k: compiles.append(1) or compile_step(*a, **k))
     config = PQNConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, num_minibatches=2, update_epochs=1,
                        hidden_sizes=(16,), anneal_lr=False)
-    run_config = RunConfig(devices=2, num_seeds=2, sweep="lr=1e-9,1e-3", log_every=4)
+    run_config = RunConfig(devices=2, num_seeds=2, sweep="lr=1e-9,1e-3", log_every=4, backend="shard_map")
     result = run(pqn.SPEC, config, run_config)
     assert len(compiles) == 1 and len(result.metrics[-1]["slots"]) == 4
     # Slots 0 and 1 (lr 1e-9) are their seeds' initial parameters to within ~1e-8, so slot 2 - slot 0 is how far
