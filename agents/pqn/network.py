@@ -23,7 +23,8 @@ class QNetwork(nn.Module):
 
     Vectors ``[obs_dim]``: ``hidden_sizes`` layers of Dense -> LayerNorm -> activation. Images ``[H, W, C]``
     (MinAtar): first a 3x3 convolution with ``channels`` filters -> LayerNorm (over each pixel's channels) ->
-    activation, flattened, then the same. Layers are ``agents.layers``' (flax's parameters; XLA:CPU fast paths behind ``agents.platform``).
+    activation, flattened, then the same. Layers are ``agents.layers``' (flax's parameters; XLA:CPU fast paths
+    behind ``agents.platform``).
     """
 
     num_actions: int
