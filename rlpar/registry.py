@@ -1,4 +1,4 @@
-"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, or ``package.module:ATTR``.
+"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, or ``package.module:ATTR``.
 
 The engine never imports this module or the agents; the CLI, evaluation and resume do.
 """
@@ -13,6 +13,7 @@ from rlpar.agent import AgentSpec
 AGENTS: dict[str, str] = {
     "ppo": "agents.ppo:SPEC",
     "ppo_rnn": "agents.ppo_rnn:SPEC",
+    "pqn": "agents.pqn:SPEC",
 }
 
 

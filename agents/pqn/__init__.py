@@ -1,0 +1,49 @@
+"""PQN: parallel Q-learning (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning").
+
+A LayerNorm Q-network acts epsilon-greedily in many parallel environments; each rollout is turned into Q(lambda)
+targets and learned from for a few epochs of minibatches, then dropped: no replay buffer, no target network.
+``python -m rlpar.train pqn --env CartPole-v1``, or from Python ``agents.pqn.train(None, "CartPole-v1")``.
+Discrete action spaces only (``agents.spaces.discrete_actions`` refuses others with a one-line error).
+"""
+
+from __future__ import annotations
+
+from agents.pqn.config import PQNConfig
+from agents.pqn.learner import PQN, Batch, PQNState, make_pqn
+from agents.pqn.network import QNetwork, q_network
+from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
+from rlpar.agent import AgentSpec
+
+SPEC = AgentSpec(name="pqn", config_cls=PQNConfig, make=make_pqn)
+
+
+def train(config: PQNConfig | None = None, env="CartPole-v1", *, devices: int = 0, run_dir: str = "",
+          log_every: int = 10, on_log=None, **run_options):
+    """Train PQN from Python; returns ``rlpar.runner.TrainResult`` (``.params``, ``.metrics``, ...).
+
+    ``config=None`` uses the env's preset (``PQNConfig.for_env(env)``, as the CLI does); a config you pass is used
+    as it is. ``env`` and the other arguments are as for ``agents.ppo.train``.
+    """
+    from rlpar import runner
+
+    if config is None:
+        config = PQNConfig.for_env(env if isinstance(env, str) else "")
+    return runner.train(SPEC, config, env, devices=devices, run_dir=run_dir, log_every=log_every, on_log=on_log,
+                        **run_options)
+
+
+__all__ = [
+    "PQN",
+    "SPEC",
+    "Batch",
+    "PQNConfig",
+    "PQNState",
+    "QNetwork",
+    "epsilon_greedy",
+    "epsilon_schedule",
+    "make_pqn",
+    "q_lambda_returns",
+    "q_network",
+    "td_loss",
+    "train",
+]
