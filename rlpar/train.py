@@ -96,6 +96,7 @@ def _check(run_config: RunConfig, config) -> list:
     envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
+    run_config.validate_devices(len(devices))
     return devices
 
 
