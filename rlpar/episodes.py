@@ -60,13 +60,12 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def body(policy_fn, loop: _Loop) -> _Loop:
-        key, key_act, key_step = jax.random.split(loop.key, 3)
-        action, carry = policy_fn(loop.carry, loop.obs, key_act)
-        obs, env_state, reward, terminated, truncated, _ = step_envs(
-            jax.random.split(key_step, num_episodes), loop.env_state, action, env_params)
+        keys = jax.random.split(loop.key, 2 + num_episodes)  # next, acting, one per environment: one split
+        action, carry = policy_fn(loop.carry, loop.obs, keys[1])
+        obs, env_state, reward, terminated, truncated, _ = step_envs(keys[2:], loop.env_state, action, env_params)
         running = jnp.logical_not(loop.ended)
         return _Loop(
-            t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=key,
+            t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=keys[0],
             ended=loop.ended | terminated | truncated,
             returns=loop.returns + jnp.where(running, reward.astype(jnp.float32), 0.0),
             lengths=loop.lengths + running.astype(jnp.int32),

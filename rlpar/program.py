@@ -95,13 +95,15 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
     ``control``, never on the training keys, so evaluating leaves training exactly as it would be without.
     """
 
+    update = jax.jit(program.update)  # traced once: for the metrics' shapes, then reused inside the loop
+
     def run_updates(state: TrainState, count: jax.Array):
-        shapes = jax.eval_shape(program.update, state)[1]
+        shapes = jax.eval_shape(update, state)[1]
         stacked = jax.tree.map(lambda s: jnp.zeros((max_updates,) + s.shape, s.dtype), shapes)
 
         def one(i, carry):
             state, stacked = carry
-            state, metrics = program.update(state)
+            state, metrics = update(state)
             return state, jax.tree.map(lambda rows, m: rows.at[i].set(m), stacked, metrics)
 
         return jax.lax.fori_loop(0, count, one, (state, stacked))
