@@ -37,7 +37,8 @@ class RunConfig:
     devices: int = _f(0, "local devices to use; 0 = all local devices (on a CPU-only host that is 1). On a "
                          "CPU-only host N > 1 creates N CPU devices (at most max(8, cores))")
     run_dir: str = _f("", "directory for config.json, metrics.jsonl and checkpoints; empty = write nothing")
-    log_every: int = _f(10, "updates per compiled call; one log line and metrics.jsonl record per call")
+    log_every: int = _f(10, "updates per call of the compiled program (one program whatever the chunk lengths); "
+                            "one log line and metrics.jsonl record per call")
     checkpoint_every: int = _f(100, "with --run-dir: save a checkpoint after the chunk that reaches each multiple "
                                     "of this many updates, and at the end; 0 = no checkpoints")
     eval_every: int = _f(-1, "greedy evaluation during training: after the chunk that reaches each multiple of this "

@@ -90,18 +90,46 @@ def test_eval_interval_default_is_about_ten_per_run_and_zero_is_off():
     assert RunConfig(eval_every=0).eval_interval(976) == 0
 
 
-def test_probe_with_a_time_limit_scores_its_known_return_under_both_backends():
-    # Probe-Truncated-v0 pays 1 per step and is cut after 5 steps: every episode returns exactly 5 in 5 steps, for
-    # any policy; 12 episodes, 3 on each of 4 devices. An episode counted past its end, or cut before, shows here.
-    config = agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, num_minibatches=1,
-                              hidden_sizes=(8,))
-    for backend in parallel.BACKENDS:
-        result = run(agents.ppo.SPEC, config, RunConfig(env="Probe-Truncated-v0", devices=4, log_every=2,
-                                                        eval_every=1, eval_episodes=12, backend=backend))
-        record = result.metrics[-1]
-        assert record["eval/episode_return"] == 5.0 and record["eval/episode_length"] == 5.0
-        assert record["eval/episode_return_std"] == 0.0
-        assert record["eval/episode_return_min"] == record["eval/episode_return_max"] == 5.0
+def _a2c():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/ is not installed
+    from examples.a2c import SPEC, A2CConfig
+
+    return SPEC, A2CConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, hidden_sizes=(8,))
+
+
+@pytest.mark.parametrize("agent, env_id, backend, known", [
+    # Probe-Truncated-v0 pays 1 per step and is cut after 5 steps: every episode returns 5 in 5 steps, whatever
+    # the policy. An episode counted past its end, or cut before it, shows here.
+    ("ppo", "Probe-Truncated-v0", "pmap", (5.0, 5.0, 5.0)),
+    ("ppo", "Probe-Truncated-v0", "shard_map", (5.0, 5.0, 5.0)),
+    # Probe-Memory-v0 ends after 3 steps, paying 0 or 1: the GRU's carry goes through the policy export.
+    ("ppo_rnn", "Probe-Memory-v0", "shard_map", (3.0, 0.0, 1.0)),
+    # Probe-OneStep-v0: reward 1, then the end; a user's agent (examples/a2c.py).
+    ("a2c", "Probe-OneStep-v0", "pmap", (1.0, 1.0, 1.0)),
+])
+def test_every_agent_evaluates_through_its_policy_export_with_known_probe_answers(agent, env_id, backend, known):
+    if agent == "a2c":
+        spec, config = _a2c()
+    elif agent == "ppo_rnn":
+        spec = agents.ppo_rnn.SPEC
+        config = agents.ppo_rnn.RecurrentPPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2,
+                                                   num_minibatches=1, gru_size=8, hidden_sizes=(8,))
+    else:
+        spec, config = agents.ppo.SPEC, agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2,
+                                                         num_minibatches=1, hidden_sizes=(8,))
+    result = run(spec, config, RunConfig(env=env_id, devices=4, log_every=2, eval_every=1, eval_episodes=12,
+                                         backend=backend))  # 12 episodes: 3 on each of 4 devices
+    record = result.metrics[-1]
+    length, low, high = known
+    assert record["eval/episode_length"] == record["eval/episode_length_max"] == length
+    assert record["eval/episode_length_std"] == 0.0
+    assert low <= record["eval/episode_return_min"] <= record["eval/episode_return"] <= record[
+        "eval/episode_return_max"] <= high
+    if low == high:  # the return is known exactly
+        assert record["eval/episode_return"] == low and record["eval/episode_return_std"] == 0.0
 
 
 def test_episodes_end_at_the_step_cap_and_later_episodes_are_not_counted():
