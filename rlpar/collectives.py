@@ -42,3 +42,9 @@ def pmean(tree, axis_name: str | None):
 def psum(tree, axis_name: str | None):
     """Sum of every leaf over the device axis (identity without one), in one collective per dtype."""
     return tree if axis_name is None else _fused(jax.lax.psum, tree, axis_name)
+
+
+def axis_index(axis_name: str | None) -> jax.Array:
+    """This device's position along the device axis (0 without one): device ``i`` of the run's global device list
+    gets ``i`` under either backend and in any number of processes."""
+    return jnp.int32(0) if axis_name is None else jax.lax.axis_index(axis_name)

@@ -232,19 +232,21 @@ def _shard_map_init(init: Callable, devices: Sequence) -> Callable:
     )
 
 
-def _shard_map_step(step: Callable, devices: Sequence, donate: bool) -> Callable:
-    """``step(state) -> (state, metrics)`` as ``jit(shard_map)``: state ``[D, ...]`` in and out, metrics replicated.
+def _shard_map_step(step: Callable, devices: Sequence, donate: bool, shared: bool) -> Callable:
+    """``step(state[, shared]) -> (state, metrics)`` as ``jit(shard_map)``: state ``[D, ...]`` in and out, ``shared``
+    and metrics replicated.
 
     ``check_vma`` stays on: it proves at trace time that the metrics are reduced over the axis (a metric that still
     varies per device is an error for ``out_specs=P()``) instead of silently returning device 0's value.
     """
 
-    def per_device(state_block):  # every leaf [1, ...], this device's row
-        state, metrics = step(_without_leading_axis(state_block))
+    def per_device(state_block, *shared_args):  # every state leaf [1, ...], this device's row
+        state, metrics = step(_without_leading_axis(state_block), *shared_args)
         return _leading_axis(state), metrics
 
     spec = PartitionSpec(AXIS_NAME)
-    mapped = jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(spec,), out_specs=(spec, PartitionSpec()))
+    in_specs = (spec, PartitionSpec()) if shared else (spec,)
+    mapped = jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=in_specs, out_specs=(spec, PartitionSpec()))
     return jax.jit(mapped, donate_argnums=(0,) if donate else ())
 
 
@@ -279,36 +281,53 @@ def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence,
 
 
 def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, donate: bool = True,
-             backend: str = "pmap"):
+             backend: str = "pmap", *, shared: bool = False):
     """``step(state) -> (state, metrics)`` mapped over ``devices``.
 
     ``make_step(axis_name)`` returns the pure per-device step. Its metrics must already be reduced over the axis
     (identical on every device); they come back unmapped (``out_axes=None`` / ``P()``). The state stays on the
-    devices. Returns the mapped function; ``.lower(state).compile()`` works on it for ahead-of-time compilation
-    (use ``compile_step``, which a multi-process run needs).
+    devices. With ``shared=True`` the step is ``step(state, shared)``: ``shared`` is a pytree that every device
+    receives whole (``in_axes=None`` / ``P()``), e.g. how many updates to run; place it with ``replicate``.
+    Returns the mapped function; ``.lower(state).compile()`` works on it for ahead-of-time compilation (use
+    ``compile_step``, which a multi-process run needs).
     """
     _check_backend(backend)
     if backend == "shard_map":
-        return _shard_map_step(make_step(AXIS_NAME), devices, donate)
+        return _shard_map_step(make_step(AXIS_NAME), devices, donate, shared)
     return jax.pmap(
         make_step(AXIS_NAME),
         axis_name=AXIS_NAME,
+        in_axes=(0, None) if shared else 0,
         out_axes=(0, None),
         devices=devices,
         donate_argnums=(0,) if donate else (),
     )
 
 
-def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *,
+def replicate(tree: Any, devices: Sequence) -> Any:
+    """Host values (the same in every process) as global arrays with a whole copy on each of ``devices``: how a
+    step's ``shared`` argument is passed, under either backend and in any number of processes."""
+    sharding = NamedSharding(make_mesh(devices), PartitionSpec())
+
+    def place(x):
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(place, tree)
+
+
+def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *, shared: Any = None,
                  backend: str = "pmap", donate: bool = True) -> Callable:
-    """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it): ``step(state) -> (state,
-    metrics)`` on global arrays, for either backend and any number of processes.
+    """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it) and, if given, an example
+    ``shared`` argument (as ``replicate`` places it): ``step(state[, shared]) -> (state, metrics)`` on global
+    arrays, for either backend and any number of processes.
 
     In a multi-process run this is how to run a step. A plain call of a multi-process ``jax.pmap`` expects and
     returns only this process's rows; its compiled program (pmap is ``jit`` over ``shard_map`` in the JAX versions
     this project supports, ``jax/_src/pmap.py``) takes the global arrays as they are, like the shard_map backend's.
     """
-    return map_step(make_step, devices, donate=donate, backend=backend).lower(state).compile()
+    mapped = map_step(make_step, devices, donate=donate, backend=backend, shared=shared is not None)
+    return (mapped.lower(state) if shared is None else mapped.lower(state, shared)).compile()
 
 
 def replicas(tree: Any) -> list[Any]:

@@ -5,6 +5,9 @@ one standard deviation either side; other runs get a line (and band) of their ow
 tell the groups apart. A sweep run (``--sweep lr=...``: ``config.json`` lists its ``"slots"``) gives one line per
 swept value, over that value's seeds, labelled ``lr=0.0001``; never one line pooled over the values.
 
+Runs that evaluated their greedy policy during training (``--eval-every``: records with ``eval/episode_return``)
+add a dashed line per group in the same colour: the evaluation return at the env steps it was measured.
+
 Curves per record: a record's ``episode_return`` may be a number (one curve per run, as written today) or a list of
 numbers, one per seed trained side by side in one run; each entry then becomes a curve of its own (``None`` entries,
 chunks where that seed finished no episode, are skipped). Curves are compared on the env steps all of them reached,
@@ -25,6 +28,7 @@ from rlpar import rundir
 from rlpar.progress import slot_label
 
 Y_FIELD = "episode_return"
+EVAL_FIELD = "eval/episode_return"  # mean return of a greedy evaluation, in the records that have one
 
 
 class Curve(NamedTuple):
@@ -132,23 +136,24 @@ def join_labels(run_label: str, slot_label: str, runs_differ: bool) -> str:
     return f"{run_label}, {slot_label}" if runs_differ else slot_label
 
 
-def group_curves(run_dirs: list[str]) -> dict[str, list[Curve]]:
-    """Every curve of ``run_dirs``, grouped into the lines to draw: runs that differ only in the seed share a
-    line, and a sweep run adds one line per swept value (its seeds sharing it)."""
+def group_curves(run_dirs: list[str], field: str = Y_FIELD) -> dict[str, list[Curve]]:
+    """Every curve of ``field`` in ``run_dirs``, grouped into the lines to draw: runs that differ only in the seed
+    share a line, and a sweep run adds one line per swept value (its seeds sharing it)."""
     runs = group_runs(run_dirs)
     lines: dict[str, list[Curve]] = {}
     for run_label, dirs in runs.items():
         for d in dirs:
             slots = rundir.read_meta(d).get("slots")
             labels = [slot_label(slot) for slot in slots] if slots else None
-            for label, curves in curves_by_label(read_records(d), labels).items():
+            for label, curves in curves_by_label(read_records(d), labels, field).items():
                 lines.setdefault(join_labels(run_label, label, len(runs) > 1), []).extend(curves)
     return lines
 
 
 def figure(run_dirs: list[str]):
     """The learning-curve figure of ``run_dirs`` (a matplotlib ``Figure`` with one ``Axes``): a line per group of
-    curves, its mean, and for two or more curves a band of one standard deviation."""
+    curves, its mean, and for two or more curves a band of one standard deviation; where the runs evaluated, a
+    dashed line of the evaluation returns in the group's colour."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -156,12 +161,17 @@ def figure(run_dirs: list[str]):
 
     fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
     bands = {label: band(curves) for label, curves in group_curves(run_dirs).items()}
-    with_band = any(b.count > 1 for b in bands.values())
+    evals = {label: band(curves) for label, curves in group_curves(run_dirs, EVAL_FIELD).items() if curves}
+    with_band = any(b.count > 1 for b in [*bands.values(), *evals.values()])
     for label, b in bands.items():
         name = f"{label} (mean ± 1 std of {b.count} seeds)" if b.count > 1 else label
         line, = ax.plot(b.steps, b.mean, label=name)
-        if b.count > 1:
-            ax.fill_between(b.steps, b.mean - b.std, b.mean + b.std, color=line.get_color(), alpha=0.25, linewidth=0)
+        _draw_band(ax, b, line.get_color())
+        if label in evals:
+            e = evals[label]
+            name = f"{label}, greedy evaluation" + (f" (mean ± 1 std of {e.count} seeds)" if e.count > 1 else "")
+            ax.plot(e.steps, e.mean, linestyle="--", marker=".", color=line.get_color(), label=name)
+            _draw_band(ax, e, line.get_color())
     ax.set_xlabel("environment steps")
     ax.set_ylabel("mean episode return")
     ax.set_title("learning curves: mean over seeds, band ±1 std" if with_band else "learning curves")
@@ -169,6 +179,11 @@ def figure(run_dirs: list[str]):
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _draw_band(ax, b: Band, color) -> None:
+    if b.count > 1:
+        ax.fill_between(b.steps, b.mean - b.std, b.mean + b.std, color=color, alpha=0.25, linewidth=0)
 
 
 def plot(run_dirs: list[str], out: str | Path) -> Path:

@@ -4,6 +4,9 @@ Both show env steps, steps per second, the latest mean episode return and an ETA
 the mean seconds per update of the chunks this process has run (compile time excluded). While the update program
 compiles (``compiling`` / ``compiled``) the display says so instead of standing still.
 
+A record with a greedy evaluation (``eval/episode_return``, see ``--eval-every``) adds its mean return (``eval``);
+the live bar keeps showing the latest one.
+
 A run of several slots (``--num-seeds``, ``--sweep``) shows the return of each swept value (or of each seed), from
 the record's ``"slots"``, instead of the pooled mean; ``slot_labels`` names the slots from ``config.json``.
 
@@ -16,6 +19,7 @@ import sys
 from typing import TextIO
 
 COMPILING = "compiling the update program..."
+EVAL_RETURN = "eval/episode_return"  # a record's mean greedy-evaluation return, when it has one
 
 
 def slot_label(slot: dict) -> str:
@@ -59,6 +63,39 @@ def format_return(record: dict, slot_labels: list[str] | None = None) -> str:
     return f"{ret:9.2f}" if ret is not None else "      n/a"
 
 
+def evals_by_label(slots: list[dict], labels: list[str]) -> dict[str, float]:
+    """Mean evaluation return per label over the slots that carry it (each slot ran the same number of episodes),
+    labels in order of first appearance; e.g. slots evaluated at 10 and 30 under one label -> 20."""
+    groups: dict[str, list[float]] = {}
+    for slot, label in zip(slots, labels):
+        groups.setdefault(label, []).append(slot[EVAL_RETURN])
+    return {label: sum(values) / len(values) for label, values in groups.items()}
+
+
+def format_eval(record: dict, slot_labels: list[str] | None = None) -> str:
+    """``"eval 500.00"`` for a record with an evaluation (one per label with ``slot_labels``:
+    ``"eval lr=0.0001: 23.10  lr=0.001: 500.00"``), ``""`` for one without."""
+    if EVAL_RETURN not in record:
+        return ""
+    if slot_labels and record.get("slots"):
+        per_label = evals_by_label(record["slots"], slot_labels)
+        return "eval " + "  ".join(f"{label}: {ret:.2f}" for label, ret in per_label.items())
+    return f"eval {record[EVAL_RETURN]:.2f}"
+
+
+def final_evaluation(records: list[dict], slot_labels: list[str] | None = None, episodes: int | None = None) -> str:
+    """The last evaluation of a run for the ``done:`` line: ``"greedy evaluation at update 976 (64 episodes):
+    return 500.00 +- 0.00"`` (one mean per label with ``slot_labels``); ``""`` when the run evaluated nothing."""
+    evaluated = [r for r in records if EVAL_RETURN in r]
+    if not evaluated:
+        return ""
+    last = evaluated[-1]
+    head = f"greedy evaluation at update {last['update']}" + (f" ({episodes} episodes)" if episodes else "")
+    if slot_labels and last.get("slots"):
+        return f"{head}: " + format_eval(last, slot_labels).removeprefix("eval ")
+    return f"{head}: return {last[EVAL_RETURN]:.2f} +- {last[EVAL_RETURN + '_std']:.2f}"
+
+
 def format_memory(record: dict) -> str:
     """The highest peak device memory in the record (``"peak mem 1.25 GiB"``), or ``""`` where the backend does
     not report memory (XLA:CPU)."""
@@ -69,11 +106,12 @@ def format_memory(record: dict) -> str:
 
 def format_record(record: dict, num_updates: int, slot_labels: list[str] | None = None) -> str:
     """One plain progress line for a log record (``slot_labels``: see ``format_return``)."""
-    memory = format_memory(record)
+    memory, evaluation = format_memory(record), format_eval(record, slot_labels)
     return (
         f"update {record['update']:>6}/{num_updates}  steps {record['env_steps']:>11,}  "
         f"sps {record['sps']:>10,.0f}  return {format_return(record, slot_labels)}  "
-        f"loss {record.get('loss/total', float('nan')):8.4f}" + (f"  {memory}" if memory else "")
+        + (f"{evaluation}  " if evaluation else "")
+        + f"loss {record.get('loss/total', float('nan')):8.4f}" + (f"  {memory}" if memory else "")
     )
 
 
@@ -142,6 +180,7 @@ class ProgressDisplay:
                 TextColumn("steps {task.completed:,.0f}/{task.total:,.0f}"),
                 TextColumn("sps {task.fields[sps]}"),
                 TextColumn("return {task.fields[ret]}"),
+                TextColumn("{task.fields[eval]}"),
                 TextColumn("eta {task.fields[eta]}"),
                 TextColumn("{task.fields[status]}"),
                 console=console,
@@ -150,7 +189,7 @@ class ProgressDisplay:
             self._task = self._progress.add_task(
                 "train", total=self.num_updates * self.steps_per_update,
                 completed=self._last_update * self.steps_per_update,
-                update=self._last_update, updates=self.num_updates, sps="?", ret="n/a", eta="?", status="",
+                update=self._last_update, updates=self.num_updates, sps="?", ret="n/a", eval="", eta="?", status="",
             )
         return self
 
@@ -179,9 +218,11 @@ class ProgressDisplay:
         self._seconds += record.get("time_s", 0.0)
         eta = format_eta(self.eta_s())
         if self._progress is not None:
+            evaluation = format_eval(record, self.slot_labels)  # the latest evaluation stays until the next
             self._progress.update(
                 self._task, completed=record["env_steps"], update=record["update"], sps=f"{record['sps']:,.0f}",
                 ret=format_return(record, self.slot_labels).strip(), eta=eta, status=format_memory(record),
+                **({"eval": evaluation} if evaluation else {}),
             )
         else:
             print(f"{format_record(record, self.num_updates, self.slot_labels)}  eta {eta}", file=self.stream,

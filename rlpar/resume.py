@@ -74,7 +74,7 @@ def expand(argv: list[str]) -> ResumeArgs:
                          f"flags may be given again); drop {' '.join(rest)}")
     # No agent or env import here: the device flags must be known before anything starts JAX's backends.
     single_process = {"coordinator": "", "num_processes": 1, "process_id": 0}  # unless the flags say otherwise
-    run_values = {**meta["run"], **single_process, **processes, "run_dir": str(run_dir)}
+    run_values = {**rundir.RUN_FIELDS_ADDED, **meta["run"], **single_process, **processes, "run_dir": str(run_dir)}
     num_devices, num_processes = meta["num_devices"], run_values["num_processes"]
     if run_values["coordinator"] != "auto":  # with "auto" the scheduler says how many processes; run.py checks
         if num_devices % num_processes:

@@ -19,6 +19,9 @@ from typing import Any
 
 # config.json's format; 2: agent-agnostic engine (checkpoints hold TrainState(agent, rollout)).
 FORMAT_VERSION = 2
+# Run settings added to config.json since format_version 2 began, with the values that reproduce what a run dir
+# written without them did (resuming one keeps its behaviour).
+RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64}
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"

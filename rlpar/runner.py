@@ -1,8 +1,10 @@
-"""The host loop: validate, build the mapped program, compile once, run chunks of updates, log between them.
+"""The host loop: validate, build the mapped program, compile it once, run chunks of updates, log between them.
 
-Between calls the host only reads small per-update metrics; environments, acting and learning stay on the devices.
+Between calls the host only reads small per-update metrics (and, after an evaluation, the evaluation episodes'
+returns); environments, acting, learning and evaluating stay on the devices. One program serves the whole run
+(``program.make_chunk``): each call is told how many updates to run and whether to evaluate afterwards.
 ``run`` goes through named phases: ``_prepare`` (check everything, before any compile), ``_open_run_dir``
-(checkpoints, the restored state, the logger), ``_compile``, ``_train`` (chunks, logs, checkpoints).
+(checkpoints, the restored state, the logger), ``_compile``, ``_train`` (chunks, logs, evaluations, checkpoints).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, compile_cache, guard, logs, parallel, program, rundir, seeds
+from rlpar import checkpoint, compile_cache, episodes, guard, logs, parallel, program, rundir, seeds
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -35,9 +37,16 @@ class RunConfig:
     devices: int = _f(0, "local devices to use; 0 = all local devices (on a CPU-only host that is 1). On a "
                          "CPU-only host N > 1 creates N CPU devices (at most max(8, cores))")
     run_dir: str = _f("", "directory for config.json, metrics.jsonl and checkpoints; empty = write nothing")
-    log_every: int = _f(10, "updates per compiled call; one log line and metrics.jsonl record per call")
+    log_every: int = _f(10, "updates per call of the compiled program (one program whatever the chunk lengths); "
+                            "one log line and metrics.jsonl record per call")
     checkpoint_every: int = _f(100, "with --run-dir: save a checkpoint after the chunk that reaches each multiple "
                                     "of this many updates, and at the end; 0 = no checkpoints")
+    eval_every: int = _f(-1, "greedy evaluation during training: after the chunk that reaches each multiple of this "
+                             "many updates, and at the end; -1 = about ten per run (every ceil(updates / 10)); "
+                             "0 = none. Each episode runs to its end: the env's time limit "
+                             f"(max_steps_in_episode), or {episodes.STEP_CAP} steps for an env without one")
+    eval_episodes: int = _f(64, "episodes per evaluation, on environments of their own, split evenly over the "
+                                "devices (a multiple of the device count)")
     tensorboard: bool = _f(False, "with --run-dir: also write TensorBoard event files to RUN_DIR/tensorboard")
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
     sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
@@ -62,7 +71,10 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer, or 0 (see --help)")
-        for name in ("log_every", "num_processes", "init_timeout_s", "heartbeat_timeout_s"):
+        if not isinstance(self.eval_every, int) or isinstance(self.eval_every, bool) or self.eval_every < -1:
+            raise ValueError(f"eval_every={self.eval_every!r}: must be a positive integer, 0 (no evaluation) or -1 "
+                             "(about ten evaluations per run)")
+        for name in ("log_every", "eval_episodes", "num_processes", "init_timeout_s", "heartbeat_timeout_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
@@ -76,6 +88,21 @@ class RunConfig:
             raise ValueError(f"num_processes={self.num_processes} needs --coordinator HOST:PORT (or auto)")
         _check_run_dir_options(self)
         return self
+
+    def validate_devices(self, num_devices: int) -> "RunConfig":
+        """What depends on the device count: evaluation episodes split evenly over the devices."""
+        if self.eval_every != 0 and self.eval_episodes % num_devices:
+            raise ValueError(
+                f"eval_episodes={self.eval_episodes} is not divisible by the device count {num_devices}: use a "
+                f"multiple of {num_devices} (e.g. {num_devices * -(-self.eval_episodes // num_devices)}), or "
+                "eval_every=0 for no evaluation"
+            )
+        return self
+
+    def eval_interval(self, num_updates: int) -> int:
+        """Updates between evaluations for a run of ``num_updates`` (``eval_every``, or ``ceil(num_updates / 10)``
+        for -1); 0: no evaluation."""
+        return -(-num_updates // 10) if self.eval_every == -1 else self.eval_every
 
 
 def _check_run_dir_options(run_config: RunConfig) -> None:
@@ -162,11 +189,13 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
         hooks.on_status("resumed", {"update": done, "checkpoint": str(checkpoints.path(done))})
     lengths = chunk_lengths(config.num_updates, run_config.log_every)
     lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
-    compiled, compile_s = _compile(prepared, run_config, state, lengths, hooks)
+    schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), eval_key(config.seed))
+    compiled, compile_s = _compile(prepared, run_config, state, schedule, min(run_config.log_every,
+                                                                              config.num_updates), hooks)
     records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
         outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices)
-        state = _train(compiled, state, lengths, done, records, outputs, config, run_config, prepared.slots)
+        state = _train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
             logger.close()
@@ -187,6 +216,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     )
     devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
     config.validate(len(devices))
+    run_config.validate_devices(len(devices))
     slots = seeds.make_slots(run_config.num_seeds, run_config.sweep, type(config))
     for value in sorted(set(slots.values)):  # each swept value must make a valid config on its own
         config.replace(**{slots.field: value}).validate(len(devices))
@@ -194,7 +224,8 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
-    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices))
+    eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
+    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes)
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:
@@ -202,14 +233,16 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     return _Prepared(devices, slots, env, env_params, make, meta)
 
 
-def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int
-                         ) -> Callable[[str | None], program.Program]:
-    """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped."""
+def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,
+                         eval_episodes: int = 0) -> Callable[[str | None], program.Program]:
+    """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped; with
+    ``eval_episodes`` (per device) its ``evaluate`` too."""
 
     def make_program(axis_name):
         def one(cfg):
             agent_fns = agent.make(cfg, env, env_params, num_envs, axis_name)
-            return program.make_program(agent_fns, env, env_params, num_envs, cfg.num_steps, axis_name)
+            return program.make_program(agent_fns, env, env_params, num_envs, cfg.num_steps, axis_name,
+                                        eval_episodes=eval_episodes)
 
         if slots.count == 1 and slots.field is None:
             return one(config)
@@ -242,33 +275,47 @@ def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored)
     return init(key_params, key_devices)
 
 
-def _compile(prepared: _Prepared, run_config: RunConfig, state, lengths: list[int], hooks: Hooks):
-    """One compiled program per distinct chunk length still to run (at most two: log_every and the remainder)."""
-    if not lengths:  # a finished run resumed: nothing to compile
-        return {}, 0.0
+EVAL_STREAM = int.from_bytes(b"eval", "big")  # evaluation keys: fold_in(PRNGKey(seed), EVAL_STREAM), then the update
+
+
+def eval_key(seed: int) -> np.ndarray:
+    """The run's evaluation key, a stream of its own: the training keys come from ``split(PRNGKey(seed))``."""
+    return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), EVAL_STREAM))
+
+
+class _Schedule(NamedTuple):
+    """The chunks still to run and when to evaluate."""
+
+    lengths: list[int]  # updates per chunk
+    done: int  # updates done before the first of them
+    eval_every: int  # evaluate after the chunk reaching each multiple of this, and at the end; 0: never
+    key_eval: np.ndarray  # the run's evaluation key (eval_key)
+
+
+def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> program.ChunkControl:
+    return program.ChunkControl(updates=np.int32(length), evaluate=np.bool_(evaluate), updates_done=np.int32(done),
+                                key_eval=schedule.key_eval)
+
+
+def _compile(prepared: _Prepared, run_config: RunConfig, state, schedule: _Schedule, max_updates: int,
+             hooks: Hooks):
+    """The run's one program (``program.make_chunk``): any chunk length up to ``max_updates``, evaluation in it."""
+    if not schedule.lengths:  # a finished run resumed: nothing to compile
+        return None, 0.0
     if hooks.on_status:
         hooks.on_status("compiling", {})
     start, hits = time.perf_counter(), compile_cache.hits()
-    compiled = {}
-    for length in sorted(set(lengths)):
-        def make_step(axis_name, length=length):
-            update = guard.with_finite_flag(prepared.make_program(axis_name).update, axis_name)
-            return _chunk(update, length)
 
-        compiled[length] = parallel.compile_step(make_step, prepared.devices, state, backend=run_config.backend)
+    def make_step(axis_name):
+        built = prepared.make_program(axis_name)
+        return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), max_updates)
+
+    example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices)
+    compiled = parallel.compile_step(make_step, prepared.devices, state, shared=example, backend=run_config.backend)
     compile_s = time.perf_counter() - start
-    if hooks.on_status:  # cached: every program came from the persistent compilation cache
-        hooks.on_status("compiled", {"seconds": compile_s, "cached": compile_cache.hits() - hits >= len(compiled)})
+    if hooks.on_status:  # cached: the program came from the persistent compilation cache
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": compile_cache.hits() > hits})
     return compiled, compile_s
-
-
-def _chunk(update: Callable, length: int) -> Callable:
-    """``length`` updates in one ``lax.scan``; per-update metrics stacked ``[length]``."""
-
-    def run_chunk(state):
-        return jax.lax.scan(lambda s, _: update(s), state, None, length=length)
-
-    return run_chunk
 
 
 class _Outputs(NamedTuple):
@@ -279,30 +326,36 @@ class _Outputs(NamedTuple):
     devices: list  # for their memory statistics
 
 
-def _train(compiled: dict, state, lengths: list[int], done: int, records: list[dict], out: _Outputs, config,
+def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
            run_config: RunConfig, slots: seeds.Slots):
-    """Run the chunks; log each one and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of the
-    interrupted chunk is logged or saved, so the run dir stays resumable)."""
+    """Run the chunks; log each one, evaluate and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of
+    the interrupted chunk is logged or saved, so the run dir stays resumable)."""
     startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
+    done = schedule.done
     try:
-        for i, length in enumerate(lengths):
+        for i, length in enumerate(schedule.lengths):
+            evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
+                                                          config.num_updates)
+            control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices)
             start = time.perf_counter()
-            with _profiling(run_config.profile if i == min(1, len(lengths) - 1) else ""):  # one chunk, warmed up
-                new_state, raw = compiled[length](state)
+            with _profiling(run_config.profile if i == min(1, len(schedule.lengths) - 1) else ""):  # one warm chunk
+                new_state, raw = compiled(state, control)
                 raw = parallel.to_host(raw)  # waits for the devices
             seconds = time.perf_counter() - start
+            evaluation = {k: raw.pop(k) for k in (episodes.RETURNS, episodes.LENGTHS) if k in raw}
+            raw = {k: v[:length] for k, v in raw.items()}  # the rows of the updates that ran
             _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
             state, before, done = new_state, done, done + length
             record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
-                               steps_in_chunk=length * config.batch_size * slots.count)  # sps: every slot's steps
+                               steps_in_chunk=length * config.batch_size * slots.count,  # sps: every slot's steps
+                               evaluation=evaluation if evaluate else None)
             if startup_s is not None:
                 record["startup_s"], startup_s = round(startup_s, 3), None
             memory = parallel.memory_stats(out.devices)
             if memory is not None:
                 record["memory"] = memory
             _finish_chunk(record, records, out)
-            if out.checkpoints is not None and _checkpoint_due(before, done, run_config.checkpoint_every,
-                                                               config.num_updates):
+            if out.checkpoints is not None and _due(before, done, run_config.checkpoint_every, config.num_updates):
                 _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
     except KeyboardInterrupt:
         latest = out.checkpoints.latest() if out.checkpoints is not None else None
@@ -347,9 +400,23 @@ def _episode_and_loss_stats(raw: dict) -> dict:
     return stats
 
 
-def summarize(raw: dict, *, update: int, env_steps: int, seconds: float, steps_in_chunk: int) -> dict:
+def evaluation_stats(returns: np.ndarray, lengths: np.ndarray) -> dict:
+    """Mean, std, min and max of the evaluation episodes' returns and lengths (``[N]`` each), e.g. returns
+    ``[1, 3]`` -> ``eval/episode_return`` 2, ``eval/episode_return_std`` 1, ``_min`` 1, ``_max`` 3."""
+    stats = {}
+    for name, values in (("eval/episode_return", returns), ("eval/episode_length", lengths)):
+        values = np.asarray(values, np.float64)
+        stats.update({name: float(np.mean(values)), f"{name}_std": float(np.std(values)),
+                      f"{name}_min": float(np.min(values)), f"{name}_max": float(np.max(values))})
+    return stats
+
+
+def summarize(raw: dict, *, update: int, env_steps: int, seconds: float, steps_in_chunk: int,
+              evaluation: dict | None = None) -> dict:
     """Turn a chunk's stacked per-update metrics (``[length]``, or ``[length, S]`` with ``S`` vmapped slots) into
-    one log record. With slots, the top-level values pool all slots and ``"slots"`` lists each slot's own."""
+    one log record. With slots, the top-level values pool all slots and ``"slots"`` lists each slot's own.
+    ``evaluation``: the episodes of an evaluation after the chunk (``episodes.RETURNS`` and ``LENGTHS``, ``[N]`` or
+    ``[S, N]``), summarised by ``evaluation_stats``."""
     record = {
         "update": update,
         "env_steps": env_steps,
@@ -357,15 +424,22 @@ def summarize(raw: dict, *, update: int, env_steps: int, seconds: float, steps_i
         "sps": steps_in_chunk / seconds if seconds > 0 else float("nan"),
     }
     record.update(_episode_and_loss_stats(raw))
+    if evaluation:
+        returns, lengths = np.asarray(evaluation[episodes.RETURNS]), np.asarray(evaluation[episodes.LENGTHS])
+        record.update(evaluation_stats(returns.ravel(), lengths.ravel()))
     if np.ndim(raw["episode/count"]) == 2:
         num_slots = np.shape(raw["episode/count"])[1]
         record["slots"] = [_episode_and_loss_stats({k: np.asarray(v)[:, i] for k, v in raw.items()})
                            for i in range(num_slots)]
+        if evaluation:
+            for slot, slot_returns, slot_lengths in zip(record["slots"], returns, lengths):
+                slot.update(evaluation_stats(slot_returns, slot_lengths))
     return record
 
 
 def chunk_lengths(num_updates: int, log_every: int) -> list[int]:
-    """Updates per compiled call: ``log_every`` each, then the remainder; e.g. (25, 10) -> [10, 10, 5]."""
+    """Updates per call of the compiled program: ``log_every`` each, then the remainder; e.g. (25, 10) ->
+    [10, 10, 5]."""
     lengths = [log_every] * (num_updates // log_every)
     if num_updates % log_every:
         lengths.append(num_updates % log_every)
@@ -380,13 +454,14 @@ def _chunks_done(lengths: list[int], updates_done: int) -> int:
     return ends.index(updates_done)
 
 
-def _checkpoint_due(before: int, after: int, every: int, num_updates: int) -> bool:
-    """Save after the chunk of updates ``(before, after]`` if it reached a multiple of ``every`` or ended the run."""
+def _due(before: int, after: int, every: int, num_updates: int) -> bool:
+    """Checkpoint (or evaluate) after the chunk of updates ``(before, after]`` if it reached a multiple of ``every``
+    or ended the run."""
     return after == num_updates or (every > 0 and after // every > before // every)
 
 
 # Settings a resumed run must share with the checkpoint for the result to be bit-identical.
-_RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep")
+_RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep", "eval_every", "eval_episodes")
 
 
 def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
@@ -459,7 +534,8 @@ def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: An
     saved = restored.meta
     pairs = [(name, saved.get(name), current[name]) for name in ("agent", "num_devices")]
     pairs += [(name, saved.get("config", {}).get(name), value) for name, value in current["config"].items()]
-    pairs += [(name, saved.get("run", {}).get(name), current["run"][name]) for name in _RESUME_MUST_MATCH_RUN]
+    saved_run = {**rundir.RUN_FIELDS_ADDED, **saved.get("run", {})}
+    pairs += [(name, saved_run.get(name), current["run"][name]) for name in _RESUME_MUST_MATCH_RUN]
     for name, was, now in pairs:
         if was != now:
             raise checkpoint.CheckpointError(

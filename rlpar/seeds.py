@@ -78,9 +78,10 @@ def validate_slots(config, slots: Slots, num_devices: int) -> None:
 
 
 def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots) -> Callable[[], Any]:
-    """``make_program(config) -> Program(init, update)`` (one slot's per-device program) turned into one whose
-    ``init`` and ``update`` run every slot at once: slot ``i`` draws its keys from seed index ``slots.seed_index[i]``
-    and trains with ``slots.values[i]`` of the swept field. State leaves and metrics gain a leading ``[S]`` axis."""
+    """``make_program(config) -> Program(init, update, evaluate)`` (one slot's per-device program) turned into one
+    whose functions run every slot at once: slot ``i`` draws its keys from seed index ``slots.seed_index[i]`` and
+    trains with ``slots.values[i]`` of the swept field; ``evaluate`` scores each slot's own policy. State leaves and
+    metrics gain a leading ``[S]`` axis."""
     from rlpar.program import Program
 
     seed_index = jnp.asarray(slots.seed_index, jnp.uint32)
@@ -100,4 +101,10 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots) -> Call
     def update(state):
         return jax.vmap(lambda s, value: build(value).update(s))(state, values)
 
-    return Program(init, update)
+    def evaluate(state, key):  # each slot its own policy; slots of one seed index evaluate on the same episodes
+        def one(s, seed, value):
+            return build(value).evaluate(s, jax.random.fold_in(key, seed))
+
+        return jax.vmap(one)(state, seed_index, values)
+
+    return Program(init, update, evaluate if make_program(config).evaluate is not None else None)

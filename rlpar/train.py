@@ -96,6 +96,7 @@ def _check(run_config: RunConfig, config) -> list:
     envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
+    run_config.validate_devices(len(devices))
     return devices
 
 
@@ -173,7 +174,7 @@ def _slot_labels(run_config: RunConfig) -> list[str] | None:
 
 def _done_line(result, run_config: RunConfig) -> str:
     from rlpar import seeds
-    from rlpar.progress import recent_returns
+    from rlpar.progress import final_evaluation, recent_returns
 
     total_s = sum(r["time_s"] for r in result.metrics)
     slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
@@ -181,9 +182,12 @@ def _done_line(result, run_config: RunConfig) -> str:
     all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
     startup = [r["startup_s"] for r in result.metrics if "startup_s" in r][-1:]  # this process's
     startup_s = f", {startup[0]:.1f}s from process start to the first update" if startup else ""
+    labels = _slot_labels(run_config)
+    evaluation = final_evaluation(result.metrics, labels, run_config.eval_episodes)
+    evaluation = f"; {evaluation}" if evaluation else ""
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
             f"+ {result.compile_s:.1f}s compile{startup_s}; mean return of the last logged episodes "
-            f"{recent_returns(result.metrics, _slot_labels(run_config))}")
+            f"{recent_returns(result.metrics, labels)}{evaluation}")
 
 
 def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None, say):

@@ -16,12 +16,13 @@ assert len(jax.devices()) == NUM_TEST_DEVICES
 os.environ["RLPAR_CACHE_DIR"] = "off"
 
 
-# A tiny finished run (2 devices, 6 updates of one chunk each, checkpoints every 2 updates, TensorBoard on), trained
-# once per session through the CLI; tests that read a run dir share it and must copy it before changing anything.
+# A tiny finished run (2 devices, 6 updates of one chunk each, checkpoints every 2 updates, a greedy evaluation of 8
+# episodes after updates 3 and 6, TensorBoard on), trained once per session through the CLI; tests that read a run
+# dir share it and must copy it before changing anything.
 TINY_RUN_ARGV = [
     "ppo", "--env", "CartPole-v1", "--devices", "2", "--num-envs", "4", "--num-steps", "8",
     "--total-timesteps", str(4 * 8 * 6), "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16,16",
-    "--log-every", "1", "--checkpoint-every", "2", "--tensorboard",
+    "--log-every", "1", "--checkpoint-every", "2", "--eval-every", "3", "--eval-episodes", "8", "--tensorboard",
 ]
 
 

@@ -36,7 +36,7 @@ def _assert_trees_equal(a, b):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
-def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tiny_run_dir, tmp_path):
+def test_sigkill_between_checkpoints_then_resume_is_bit_identical_evaluations_included(tiny_run_dir, tmp_path):
     run_dir = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -57,6 +57,9 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical(tiny_run_dir, 
     assert train_cli.main(["--resume", str(run_dir)]) == 0
 
     assert (run_dir / rundir.METRICS).read_bytes() == (tiny_run_dir / rundir.METRICS).read_bytes()
+    # ... evaluations included: update 3's, logged before the kill and run again after the resume, and update 6's.
+    records = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
+    assert [r["update"] for r in records if "eval/episode_return" in r] == [3, 6]
     assert len((run_dir / rundir.TIMING).read_text().splitlines()) == 6
     # The whole final state: parameters, optimizer state, every device's envs, observations and keys, counters.
     _assert_trees_equal(_final_state(run_dir), _final_state(tiny_run_dir))

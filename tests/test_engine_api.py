@@ -95,7 +95,8 @@ def test_ppo_trains_on_a_users_gymnax_environment_instance():
 
 
 ENGINE = ["rlpar.agent", "rlpar.collectives", "rlpar.rollout", "rlpar.program", "rlpar.parallel", "rlpar.runner",
-          "rlpar.checkpoint", "rlpar.logs", "rlpar.rundir", "rlpar.guard", "rlpar.seeds", "rlpar.progress"]
+          "rlpar.checkpoint", "rlpar.logs", "rlpar.rundir", "rlpar.guard", "rlpar.seeds", "rlpar.progress",
+          "rlpar.episodes"]
 
 
 def test_engine_modules_import_no_agent_and_start_no_backend():

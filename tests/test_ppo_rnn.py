@@ -44,6 +44,7 @@ def test_recurrent_policy_remembers_the_cue():
     # Probe-Memory-v0: a memoryless policy earns 0.5 per episode, a recurrent one can earn 1.
     result = run(agents.ppo_rnn.SPEC, MEMORY, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
     assert mean_recent_return(result.metrics, last=1) > 0.9
+    assert result.metrics[-1]["eval/episode_return"] > 0.9  # the greedy policy export remembers too
     copies = parallel.replicas(result.state.agent.params)
     jax.tree.map(np.testing.assert_array_equal, copies[0], copies[1])
     # The same budget without memory stays near chance: the probe really needs the GRU.
@@ -51,3 +52,4 @@ def test_recurrent_policy_remembers_the_cue():
                             anneal_lr=False, hidden_sizes=(32,))
     mlp = run(agents.ppo.SPEC, flat, RunConfig(env="Probe-Memory-v0", devices=2, log_every=50))
     assert mean_recent_return(mlp.metrics, last=1) < 0.7
+    assert mlp.metrics[-1]["eval/episode_return"] < 0.7
