@@ -68,10 +68,11 @@ def parse_args(argv=None):
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list of backends to compare")
     parser.add_argument("--runs", type=int, default=2, help="training runs per backend (alternating)")
     parser.add_argument("--out", default=None, help="append JSON lines to this file")
-    cli.add_dataclass_flags(parser, RunConfig, "run")
+    run_base = RunConfig(eval_every=0)  # speed: no evaluation in the timed chunks unless asked (--eval-every)
+    cli.add_dataclass_flags(parser, RunConfig, "run", base=run_base)
     cli.add_dataclass_flags(parser, PPOConfig, "ppo")
     args = parser.parse_args(argv)
-    run_config = cli.build_dataclass(RunConfig, args, run_dir="", checkpoint_every=0)
+    run_config = cli.build_dataclass(RunConfig, args, base=run_base, run_dir="", checkpoint_every=0)
     backends = [b for b in args.backends.split(",") if b]
     for backend in backends:
         dataclasses.replace(run_config, backend=backend).validate()

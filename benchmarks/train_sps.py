@@ -90,11 +90,12 @@ def parse_args(argv=None):
     parser.add_argument("--target-return", type=float, default=475.0, help="return that counts as solved")
     parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
     parser.add_argument("--out", default=None, help="append JSON lines to this file")
-    cli.add_dataclass_flags(parser, RunConfig, "run")
+    run_base = RunConfig(eval_every=0)  # speed: no evaluation in the timed chunks unless asked (--eval-every)
+    cli.add_dataclass_flags(parser, RunConfig, "run", base=run_base)
     base = PPOConfig.for_env(known.env or RunConfig.env)  # the env's preset, as the training CLI's base
     cli.add_dataclass_flags(parser, PPOConfig, "ppo", base=base)
     args = parser.parse_args(argv)
-    run_config = cli.build_dataclass(RunConfig, args, run_dir="")
+    run_config = cli.build_dataclass(RunConfig, args, base=run_base, run_dir="")
     if getattr(args, "RunConfig.devices") is None:
         run_config = dataclasses.replace(run_config, devices=1)
     config = cli.build_dataclass(PPOConfig, args, base=base)
