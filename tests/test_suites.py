@@ -409,6 +409,7 @@ def test_brax_backend_in_the_id_and_bad_names_are_one_line():
     _needs("brax")
     env, _ = envs.make("brax-inverted_pendulum@generalized")
     assert env.unwrapped.backend == "generalized" and env.name == "brax-inverted_pendulum@generalized"
+    assert envs.make("brax-inverted_pendulum")[0].unwrapped.backend == "spring"  # the default, measured fastest
     with pytest.raises(ValueError, match=r"brax backend 'warp': must be one of generalized, positional, spring, mjx"):
         envs.make("brax-inverted_pendulum@warp")
     with pytest.raises(ValueError, match=r"unknown brax env 'brax-inverted_pendulm'. Did you mean "
