@@ -48,7 +48,7 @@ PRESETS: dict[str, dict] = _Presets({
         num_envs=64, num_steps=64, total_timesteps=1_000_000, update_epochs=2, num_minibatches=4, lr=3e-4,
         gae_lambda=0.8,
     ),
-    "Craftax-Symbolic-v1": dict(
+    "Craftax-Symbolic-v1": dict(  # Classic's, not measured for learning
         num_envs=64, num_steps=64, total_timesteps=1_000_000, update_epochs=2, num_minibatches=4, lr=3e-4,
         gae_lambda=0.8,
     ),
