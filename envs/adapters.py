@@ -5,6 +5,9 @@ The engine expects gymnax 1.0's six values, ``obs, state, reward, terminated, tr
 five, ``obs, state, reward, done, info``, where ``done`` mixes termination with the time limit. ``adapt_step``
 counts the outputs of one abstractly traced step (``jax.eval_shape``: no computation, nothing per step) and wraps
 five-value envs in ``FiveToSixStep``.
+
+``reset_where_done`` is the auto-reset for environments whose reset costs far more than a step (Craftax builds a
+world; brax initialises its physics): it resets only the environments that finished, also under ``jax.vmap``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ TIME_LIMIT_FIELDS = (("time", "max_steps_in_episode"), ("timestep", "max_timeste
 # info keys some five-value envs use to say "this done was the time limit" (brax-style wrappers: "truncation").
 TRUNCATION_INFO_KEYS = ("truncated", "truncation")
 _NO_LIMIT = 2**31 - 1  # a time limit no episode reaches (int32 max)
+
+
+def time_limit(env: Any, params: Any) -> int | None:
+    """Steps after which ``env`` truncates an episode, or ``None`` if it says nothing: a params field of
+    ``TIME_LIMIT_FIELDS`` (gymnax's ``max_steps_in_episode``, Craftax's ``max_timesteps``), else an env attribute
+    ``max_steps_in_episode`` (the brax adapter's; wrappers forward it)."""
+    for _, field in TIME_LIMIT_FIELDS:
+        if hasattr(params, field):
+            return int(getattr(params, field))
+    limit = getattr(env, "max_steps_in_episode", None)
+    return None if limit is None else int(limit)
 
 
 def _trace_step(env: Any, params: Any, step_fn) -> Any:
@@ -45,6 +59,8 @@ def adapt_step(env: Any, params: Any) -> Any:
     Raises:
       ValueError: if ``step`` returns anything else.
     """
+    if isinstance(env, FiveToSixStep):  # adapted already (the suites adapt their envs themselves)
+        return env
     out = _trace_step(env, params, env.step)
     count = len(out) if isinstance(out, tuple) else None
     if count == 6:
@@ -80,10 +96,15 @@ class FiveToSixStep(Wrapper):
 
     ``terminated = done & ~truncated``; the two are never both true. ``params`` (default: the env's
     ``default_params``) only serve to trace one step at wrap time; ``step`` takes its own.
+
+    ``sparse_reset=False`` resets like gymnax: ``reset_env`` at every step, selected where ``done`` (cheap for
+    small envs, and what vectorises best). ``sparse_reset=True`` calls ``reset_where_done`` instead, which runs
+    ``reset_env`` only for the environments that finished: same results, for envs whose reset dwarfs their step.
     """
 
-    def __init__(self, env: Any, params: Any = None):
+    def __init__(self, env: Any, params: Any = None, *, sparse_reset: bool = False):
         super().__init__(env)
+        self._sparse_reset = sparse_reset
         params = env.default_params if params is None else params
         missing = [m for m in ("step_env", "reset_env") if not callable(getattr(env, m, None))]
         if missing:
@@ -130,8 +151,62 @@ class FiveToSixStep(Wrapper):
         done = jnp.asarray(done).astype(bool)
         truncated = self._truncated(done, state_st, info, params)
         terminated = done & ~truncated
-        obs_re, state_re = self._env.reset_env(key_reset, params)
-        state = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), state_re, state_st)
-        obs = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), obs_re, obs_st)
+        if self._sparse_reset:
+            obs, state = reset_where_done(self._env.reset_env, done, key_reset, params, obs_st, state_st)
+        else:
+            obs_re, state_re = self._env.reset_env(key_reset, params)
+            state = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), state_re, state_st)
+            obs = jax.tree.map(lambda re, st: jax.lax.select(done, re, st), obs_re, obs_st)
         info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
         return obs, state, reward, terminated, truncated, info
+
+
+def reset_where_done(reset_env, done, key, params, obs, state):
+    """``reset_env(key, params)`` if ``done`` else ``(obs, state)``, computing the reset only where it is used.
+
+    Written for one environment (``done`` a scalar): a ``lax.cond``. Under ``jax.vmap`` a cond with a batched
+    predicate becomes a select that computes both branches for every environment, i.e. a reset per environment per
+    step. The batching rule below instead loops over the environments that are done (``lax.fori_loop`` with the
+    count of them as bound, one unbatched ``reset_env(key[i])`` each, written into row ``i``), so a step pays for the
+    resets of the episodes that ended in it. Each finished environment gets the reset of its own key, as with the
+    select. Params batched along the axis (a vmap over env params) fall back to the select.
+    """
+    return _reset_where_done(reset_env)(done, key, params, obs, state)
+
+
+def _reset_where_done(reset_env):
+    def one(done, key, params, obs, state):
+        def reset():
+            # Selecting with ``done`` (true here) gives every leaf the type of the one it replaces: per-device
+            # under shard_map even where the reset returns a constant, as both branches of a cond must.
+            return jax.tree.map(lambda new, old: jnp.where(done, new, old), reset_env(key, params), (obs, state))
+
+        return jax.lax.cond(done, reset, lambda: (obs, state))
+
+    def select(done, key, params, obs, state):
+        obs_re, state_re = reset_env(key, params)
+        pick = lambda re, st: jax.lax.select(done, re, st)
+        return jax.tree.map(pick, obs_re, obs), jax.tree.map(pick, state_re, state)
+
+    def batched(axis_size, in_batched, done, key, params, obs, state):
+        # in_batched: per argument, a pytree of bools saying which leaves carry the vmapped axis (in front)
+        args = (done, key, params, obs, state)
+        if any(jax.tree.leaves(in_batched[2])):
+            in_axes = tuple(jax.tree.map(lambda b: 0 if b else None, flags) for flags in in_batched)
+            out = jax.vmap(select, in_axes=in_axes)(*args)
+            return out, jax.tree.map(lambda _: True, out)
+        spread = lambda x, b: x if b else jnp.broadcast_to(x, (axis_size,) + jnp.shape(x))
+        done, key, _, obs, state = (jax.tree.map(spread, a, f) for a, f in zip(args, in_batched))
+        order = jnp.argsort(jnp.logical_not(done), stable=True)  # the done environments first
+
+        def reset_one(j, rows):
+            i = order[j]
+            put = lambda xs, x: jax.lax.dynamic_update_index_in_dim(xs, jnp.asarray(x, xs.dtype), i, 0)
+            return jax.tree.map(put, rows, reset_env(key[i], params))
+
+        out = jax.lax.fori_loop(0, jnp.sum(done.astype(jnp.int32)), reset_one, (obs, state))
+        return out, jax.tree.map(lambda _: True, out)
+
+    fn = jax.custom_batching.custom_vmap(one)
+    fn.def_vmap(batched)
+    return fn

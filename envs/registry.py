@@ -1,7 +1,8 @@
-"""``envs.make``: one entry point for gymnax environments, the probes, registered ids and users' own envs.
+"""``envs.make``: one entry point for gymnax environments, the probes, registered ids, the suites (Craftax, brax;
+``envs.suites``) and users' own envs.
 
-gymnax is imported inside the functions that need it: ``import gymnax`` starts JAX's backends, and importing
-``envs`` must not.
+gymnax (and a suite's package) is imported inside the functions that need it: ``import gymnax`` starts JAX's
+backends, and importing ``envs`` must not.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from envs import suites
 from envs.adapters import adapt_step
 from envs.deferred import import_gymnax
 from envs.probes import PROBES
@@ -102,9 +104,10 @@ def _from_spec(spec: str) -> Callable[..., Any] | Any:
 
 def _unknown(env_id: Any) -> ValueError:
     known = env_ids()
-    close = difflib.get_close_matches(str(env_id), known, n=3, cutoff=0.4)
+    close = difflib.get_close_matches(str(env_id), known + list(suites.CRAFTAX_IDS), n=3, cutoff=0.4)
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
-    return ValueError(f"unknown env {env_id!r}.{hint} Known envs: {', '.join(known)}; also accepted: {_ACCEPTED}")
+    return ValueError(f"unknown env {env_id!r}.{hint} Known envs: {', '.join(known)}; suites: {suites.DESCRIPTION}; "
+                      f"also accepted: {_ACCEPTED}")
 
 
 def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
@@ -137,6 +140,9 @@ def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
         raise ValueError(f"env {env!r} is not supported: {UNSUPPORTED[env]}")
     if ":" in env:
         return _call_factory(repr(env), _from_spec(env), env_kwargs)
+    suite = suites.suite_of(env)
+    if suite is not None:
+        return suites.make(env, suite, **env_kwargs)
     if env in _gymnax_ids():
         return import_gymnax().make(env, **env_kwargs)
     raise _unknown(env)
@@ -146,10 +152,11 @@ def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env
     """Build an environment ready for the engine.
 
     Args:
-      env: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...), a probe id (``"Probe-OneStep-v0"``), an id
-        added with ``register``, ``"package.module:attribute"`` naming a factory or environment class (called with
-        ``**env_kwargs``, see ``register``), or a gymnax-API environment instance. Five-value ``step`` envs
-        (gymnax 0.0.x style) are adapted to six values by ``envs.adapters.FiveToSixStep``.
+      env: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...), a probe id (``"Probe-OneStep-v0"``), a
+        suite id (``"Craftax-Classic-Symbolic-v1"``, ``"brax-ant"``, ``"brax-ant@spring"``: ``envs.suites``, each
+        needing its extra), an id added with ``register``, ``"package.module:attribute"`` naming a factory or
+        environment class (called with ``**env_kwargs``, see ``register``), or a gymnax-API environment instance.
+        Five-value ``step`` envs (gymnax 0.0.x style) are adapted to six values by ``envs.adapters.FiveToSixStep``.
       flatten: flatten observations to float32 vectors (for MLP policies); ``None`` (default) flattens everything
         but images ``[H, W, C]``, which CNN policies take as they are. Dict and tuple observations are always
         flattened.
@@ -162,8 +169,8 @@ def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env
       ``step``.
 
     Raises:
-      ValueError: for an unknown id (listing the closest known ids), a bad ``module:attribute``, or a factory that
-        returns no environment.
+      ValueError: for an unknown id (listing the closest known ids), a bad ``module:attribute``, a factory that
+        returns no environment, or a suite id whose extra is not installed (naming the pip command).
     """
     import_gymnax()
     from gymnax.environments import spaces

@@ -4,7 +4,8 @@ Loads the newest complete checkpoint of ``RUN_DIR``, runs ``N`` episodes of the 
 export, ``Agent.policy(state, deterministic=True)``: any agent, recurrent ones included; one environment each, in
 parallel on one device, until every episode has ended) and prints the mean and standard deviation of their
 undiscounted returns. A multi-seed or sweep run is evaluated slot by slot (``--slot I``: one of them).
-``--gif FILE`` also renders the first episode with gymnax's visualizer.
+``--gif FILE`` also renders the first episode: with gymnax's visualizer, or for the suites (Craftax, brax) with
+the suite's own renderer, which the env adapter provides as ``render_frames`` (at most ``SUITE_GIF_FRAMES``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ GIF_ENVS = (
     "Pong-misc", "PointRobot-misc", "MetaMaze-misc", "FourRooms-misc",
 )
 
+
+# A GIF drawn by a suite's renderer shows at most this many steps (a Craftax episode may last 10,000).
+SUITE_GIF_FRAMES = 1000
 
 # gymnax draws these through gymnasium, which needs pygame.
 _CLASSIC_CONTROL = ("Acrobot-v1", "CartPole-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
@@ -98,10 +102,12 @@ def _make_env(meta: dict):
     return envs.make(env_id)
 
 
-def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps: int):
+def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps: int, record: bool = True):
     """``episodes(key) -> (returns [N], lengths [N], done [N], (states, rewards) [T, N, ...])``: ``N`` greedy
     episodes stepped ``T = max_steps`` times in one ``lax.scan``; each env's first episode counts (later ones, after
-    the auto-reset, are ignored). ``states[t]`` is the state the action of step ``t`` was taken in."""
+    the auto-reset, are ignored). ``states[t]`` is the state the action of step ``t`` was taken in. With
+    ``record=False`` the last output is ``None`` (no ``[T, N]`` copy of the states, which for Craftax's 10,000-step
+    limit would not fit in memory)."""
     import jax
     import jax.numpy as jnp
 
@@ -118,7 +124,7 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
         ret = ret + jnp.where(running, reward, 0.0)
         length = length + running.astype(jnp.int32)
         done = done | terminated | truncated
-        return (next_obs, next_state, agent_carry, key, done, ret, length), (state, reward)
+        return (next_obs, next_state, agent_carry, key, done, ret, length), (state, reward) if record else None
 
     def episodes(key):
         key, key_reset = jax.random.split(key)
@@ -132,8 +138,11 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
     return jax.jit(episodes)
 
 
-def _max_steps(env_params, default: int = 10_000) -> int:
-    return int(getattr(env_params, "max_steps_in_episode", default))
+def _max_steps(env, env_params, default: int = 10_000) -> int:
+    from envs.adapters import time_limit
+
+    limit = time_limit(env, env_params)
+    return default if limit is None else limit
 
 
 def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0) -> Evaluation:
@@ -144,23 +153,32 @@ def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int =
         raise ValueError(f"episodes={episodes!r}: must be a positive integer")
     policy = load_policy(run_dir, episodes, slot)
     env, env_params = _make_env(rundir.read_meta(run_dir))
-    run = make_episodes(policy, env, env_params, episodes, _max_steps(env_params))
+    run = make_episodes(policy, env, env_params, episodes, _max_steps(env, env_params), record=False)
     returns, lengths, done, _ = jax.device_get(run(jax.random.PRNGKey(seed)))
     if not np.all(done):
         raise RuntimeError(f"{int(np.sum(~done))} of {episodes} episodes did not end within "
-                           f"{_max_steps(env_params)} steps")
+                           f"{_max_steps(env, env_params)} steps")
     return Evaluation(np.asarray(returns), np.asarray(lengths))
 
 
 def check_gif(run_dir: str | Path, path: str | Path) -> None:
-    """Refuse a GIF that cannot be made, before anything runs: an env gymnax cannot draw, a missing package, a
-    directory that does not exist."""
+    """Refuse a GIF that cannot be made, before anything runs: an env gymnax cannot draw, a suite env whose
+    renderer does not work here, a missing package, a directory that does not exist."""
     import importlib.util
 
+    from envs.suites import suite_of
+
     env_id = rundir.read_meta(run_dir)["run"]["env"]
-    if env_id not in GIF_ENVS:
+    if suite_of(env_id) is not None:
+        renderer = _make_env(rundir.read_meta(run_dir))[0].unwrapped
+        if not hasattr(renderer, "render_frames"):
+            raise ValueError(f"--gif: {env_id!r} has no renderer in rlpar")
+        renderer.check_render()  # ValueError saying why it cannot draw here
+        needs = ("PIL",)
+    elif env_id not in GIF_ENVS:
         raise ValueError(f"--gif: gymnax's visualizer cannot draw {env_id!r}; it draws {', '.join(GIF_ENVS)}")
-    needs = ("matplotlib", "pygame") if env_id in _CLASSIC_CONTROL else ("matplotlib",)
+    else:
+        needs = ("matplotlib", "pygame") if env_id in _CLASSIC_CONTROL else ("matplotlib",)
     missing = [name for name in needs if importlib.util.find_spec(name) is None]
     if missing:
         raise ValueError(f"--gif needs {' and '.join(missing)}: pip install -e \".[extras]\" "
@@ -174,18 +192,35 @@ def check_gif(run_dir: str | Path, path: str | Path) -> None:
 def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None, slot: int = 0,
               on_frame: Callable[[int, int], None] | None = None) -> int:
     """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
-    visualizer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of ``n`` is drawn."""
+    visualizer or the suite's renderer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of
+    ``n`` is drawn."""
     import jax
 
     check_gif(run_dir, path)
     policy = load_policy(run_dir, 1, slot)
     env, env_params = _make_env(rundir.read_meta(run_dir))
-    run = make_episodes(policy, env, env_params, 1, _max_steps(env_params))
+    drawer = env.unwrapped
+    max_steps = _max_steps(env, env_params)
+    if hasattr(drawer, "render_frames"):
+        max_steps = min(max_steps, max_frames or SUITE_GIF_FRAMES)
+    run = make_episodes(policy, env, env_params, 1, max_steps)
     _, lengths, _, (states, rewards) = jax.device_get(run(jax.random.PRNGKey(seed)))
-    frames = int(lengths[0]) if max_frames is None else min(int(lengths[0]), max_frames)
+    frames = min(int(lengths[0]), max_steps) if max_frames is None else min(int(lengths[0]), max_frames)
+    if hasattr(drawer, "render_frames"):
+        episode = _unwrap_state(jax.tree.map(lambda x: x[:frames, 0], states))
+        _write_frames(drawer.render_frames(episode, on_frame), path)
+        return frames
     gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], states)) for t in range(frames)]
-    _animate(env.unwrapped, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)
+    _animate(drawer, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)
     return frames
+
+
+def _write_frames(frames: np.ndarray, path, fps: int = 20) -> None:
+    """``frames [T, H, W, 3]`` uint8 as an animated GIF (Pillow)."""
+    from PIL import Image
+
+    images = [Image.fromarray(np.asarray(frame)) for frame in frames]
+    images[0].save(str(path), save_all=True, append_images=images[1:], duration=1000 // fps, loop=0)
 
 
 def _unwrap_state(state: Any) -> Any:

@@ -4,6 +4,10 @@ Pure, device-agnostic and agent-agnostic: it knows neither how many devices exis
 records what every agent needs (observation, action, reward, terminated, truncated, episode statistics), the
 ``extras`` pytree the agent's ``act`` returns, and, for agents that bootstrap truncated episodes, the agent's
 ``bootstrap`` of each truncated step's final observation. ``B`` below is the number of environments on this device.
+
+Environments may report their own per-episode values (Craftax's achievements) as ``info["episode_metrics"]``, a
+dict of name -> scalar per environment, read where a step ends an episode; ``episode_metrics`` averages them over
+the episodes that ended, like the return.
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ class Transition(NamedTuple):
     episode_length: jax.Array  # [T, B] steps of the episode so far (final where episode_done)
     episode_done: jax.Array  # [T, B] bool, this step ended an episode
     extras: Any  # pytree [T, B, ...] the agent's act returned (PPO: log-prob and value)
+    # {name: [T, B] float32} the env's info["episode_metrics"] (values of the episode ending at that step, read
+    # where episode_done); {} for envs without
+    episode_metrics: Any = ()
 
 
 @struct.dataclass
@@ -66,16 +73,23 @@ def reset(env, env_params, key: jax.Array, num_envs: int, carry: Any = ()) -> Ro
 
 
 def episode_metrics(traj: Transition, axis_name: str | None) -> dict:
-    """Counts and sums over the episodes that ended in ``traj``, summed over devices (the host divides)."""
+    """Counts and sums over the episodes that ended in ``traj``, summed over devices (the host divides). The env's
+    own episode metrics are summed as ``episode/sum/NAME``."""
     done = traj.episode_done.astype(jnp.float32)
+    env_metrics = {f"{EPISODE_SUM_PREFIX}{name}": jnp.sum(done * value)
+                   for name, value in dict(traj.episode_metrics or {}).items()}
     return psum(
         {
             "episode/count": jnp.sum(done),
             "episode/return_sum": jnp.sum(done * traj.episode_return),
             "episode/length_sum": jnp.sum(done * traj.episode_length.astype(jnp.float32)),
+            **env_metrics,
         },
         axis_name,
     )
+
+
+EPISODE_SUM_PREFIX = "episode/sum/"  # + an env's episode metric name: its sum over the episodes that ended
 
 
 def _rows(mask: jax.Array, x: jax.Array) -> jax.Array:
@@ -130,6 +144,8 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
             obs=state.obs, action=action, reward=reward.astype(jnp.float32), terminated=terminated,
             truncated=truncated, final=final, episode_return=info["episode_return"],
             episode_length=info["episode_length"], episode_done=info["episode_done"], extras=extras,
+            episode_metrics={name: jnp.asarray(value, jnp.float32)
+                             for name, value in info.get("episode_metrics", {}).items()},
         )
         # Where an episode ended the next observation starts a new one, and so does the agent's carry. Selecting
         # with the (per-device) done flags also keeps the carry's type per device under shard_map when an act_fn

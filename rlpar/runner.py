@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, compile_cache, episodes, guard, logs, parallel, program, rundir, seeds
+from rlpar import checkpoint, compile_cache, episodes, guard, logs, parallel, program, rollout, rundir, seeds
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -395,7 +395,10 @@ def _episode_and_loss_stats(raw: dict) -> dict:
         "episode_length": float(np.sum(raw["episode/length_sum"]) / count) if count else None,
     }
     for name, values in raw.items():
-        if not name.startswith("episode/"):
+        if name.startswith(rollout.EPISODE_SUM_PREFIX):  # an env's own episode metric: its mean per episode
+            stats["episode/" + name[len(rollout.EPISODE_SUM_PREFIX):]] = float(np.sum(values) / count) if count \
+                else None
+        elif not name.startswith("episode/"):
             stats[name] = float(np.mean(values))
     return stats
 
