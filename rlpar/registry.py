@@ -1,4 +1,5 @@
-"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, or ``package.module:ATTR``.
+"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``dqn``, ``sac``, or
+``package.module:ATTR``.
 
 The engine never imports this module or the agents; the CLI, evaluation and resume do.
 """
@@ -13,6 +14,8 @@ from rlpar.agent import AgentSpec
 AGENTS: dict[str, str] = {
     "ppo": "agents.ppo:SPEC",
     "ppo_rnn": "agents.ppo_rnn:SPEC",
+    "dqn": "agents.dqn:SPEC",
+    "sac": "agents.sac:SPEC",
 }
 
 
