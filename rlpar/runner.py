@@ -195,6 +195,8 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices))
+    agent.make(config, env, env_params, config.num_envs // len(devices), None)  # its own checks of the env, before
+    # the run dir is touched (e.g. agents.spaces: an action space the agent cannot take)
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:

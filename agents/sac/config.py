@@ -56,7 +56,7 @@ class SACConfig(ReplayConfig):
             raise ValueError(f"target_entropy_scale={self.target_entropy_scale!r}: must be a finite number")
         if not self.hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in self.hidden_sizes):
             raise ValueError(f"hidden_sizes={self.hidden_sizes!r}: must be one or more positive integers, "
-                             "e.g. 128,128")
+                             "e.g. 64,64")
         if self.activation not in ACTIVATIONS:
             raise ValueError(f"activation={self.activation!r}: must be one of {', '.join(ACTIVATIONS)}")
         return self
