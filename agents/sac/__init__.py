@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agents.sac.config import SACConfig
 from agents.sac.learner import SAC, LossInfo, SACOptState, SACParams, SACState, make_sac
-from agents.sac.loss import (gaussian_log_prob, soft_q_targets, squashed_gaussian_log_prob, squashed_gaussian_sample,
+from agents.sac.loss import (gaussian_log_prob, soft_q_targets, squashed_gaussian, squashed_gaussian_log_prob,
                              tanh_log_det)
 from agents.sac.networks import SquashedGaussianActor, TwinCritic
 from rlpar.agent import AgentSpec
@@ -25,5 +25,5 @@ def train(config: SACConfig | None = None, env="Pendulum-v1", *, devices: int = 
 
 
 __all__ = ["SAC", "SPEC", "LossInfo", "SACConfig", "SACOptState", "SACParams", "SACState", "SquashedGaussianActor",
-           "TwinCritic", "gaussian_log_prob", "make_sac", "soft_q_targets", "squashed_gaussian_log_prob",
-           "squashed_gaussian_sample", "tanh_log_det", "train"]
+           "TwinCritic", "gaussian_log_prob", "make_sac", "soft_q_targets", "squashed_gaussian",
+           "squashed_gaussian_log_prob", "tanh_log_det", "train"]

@@ -23,7 +23,7 @@ from flax import struct
 from agents import replay as replay_lib
 from agents.replay import ReplayItem
 from agents.sac.config import SACConfig
-from agents.sac.loss import soft_q_targets, squashed_gaussian_sample
+from agents.sac.loss import soft_q_targets, squashed_gaussian
 from agents.sac.networks import SquashedGaussianActor, TwinCritic
 from agents.spaces import continuous_actions
 from rlpar.collectives import pmean
@@ -79,7 +79,8 @@ class SAC(NamedTuple):
     bootstrap: Callable  # (state, carry, final_obs) -> final_obs: kept as the next observation of truncated steps
     learn: Callable[[SACState, Experience], tuple[SACState, dict]]
     policy: Callable  # (state, deterministic) -> (carry, obs, key) -> (action, carry): tanh(mean) when deterministic
-    grad: Callable  # (params, target_critic, ReplayItem batch, key) -> (gradient pmean-ed over devices, LossInfo)
+    # (params, target_critic, ReplayItem batch [N], noise [2, N, d]) -> (gradient pmean-ed over devices, LossInfo)
+    grad: Callable
     to_env: Callable[[jax.Array], jax.Array]  # squashed action in [-1, 1] -> the action env.step takes
 
 
@@ -113,14 +114,18 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         buffer = replay_lib.device_replay(config, axis_name).init(item)
         return SACState(params, params.critic, opt_state, buffer, key_agent, zero, zero)
 
-    def sample_action(actor_params, obs, key):
+    def sample_action(actor_params, obs, noise):
+        """``(action env.step takes, log pi in the env's own units)`` for ``noise ~ N(0, 1)`` shaped like the action."""
         mean, log_std = actor.apply(actor_params, obs)
-        squashed, log_prob = squashed_gaussian_sample(key, mean, log_std, log_scale)
+        squashed, log_prob = squashed_gaussian(noise, mean, log_std, log_scale)
         return to_env(squashed), log_prob
+
+    def noise_for(obs, key, *lead):
+        return jax.random.normal(key, (*lead, *obs.shape[:-1], action_dim), jnp.float32)
 
     def act(state: SACState, carry, obs, key):
         key_policy, key_uniform = jax.random.split(key)
-        action, _ = sample_action(state.params.actor, obs, key_policy)
+        action, _ = sample_action(state.params.actor, obs, noise_for(obs, key_policy))
         uniform = jax.random.uniform(key_uniform, action.shape, action.dtype, low, high)
         warming_up = state.updates.astype(jnp.float32) * config.batch_size < config.learning_starts
         return jnp.where(warming_up, uniform, action), carry, ()
@@ -130,22 +135,21 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
             if deterministic:
                 mean, _ = actor.apply(state.params.actor, obs)
                 return to_env(jnp.tanh(mean)), carry
-            return sample_action(state.params.actor, obs, key)[0], carry
+            return sample_action(state.params.actor, obs, noise_for(obs, key))[0], carry
 
         return fn
 
-    def loss_fn(params: SACParams, target_critic, batch: ReplayItem, key: jax.Array):
-        key_next, key_now = jax.random.split(key)
+    def loss_fn(params: SACParams, target_critic, batch: ReplayItem, noise: jax.Array):
         alpha = jnp.exp(params.log_alpha)
         # Critics: soft TD targets from the target critics at a' ~ pi(s'), held fixed.
-        action_next, log_prob_next = sample_action(params.actor, batch.next_obs, key_next)
+        action_next, log_prob_next = sample_action(params.actor, batch.next_obs, noise[0])
         q_next = jnp.min(critic.apply(target_critic, batch.next_obs, action_next), axis=0)
         target = jax.lax.stop_gradient(
             soft_q_targets(batch.reward, batch.terminated, q_next, log_prob_next, alpha, config.gamma))
         q = critic.apply(params.critic, batch.obs, batch.action)  # [2, N]
         critic_loss = 0.5 * jnp.sum(jnp.mean(jnp.square(q - target[None]), axis=-1))
         # Actor: maximise min Q(s, a) + alpha * entropy at a ~ pi(s); the critics are held fixed here.
-        action_now, log_prob = sample_action(params.actor, batch.obs, key_now)
+        action_now, log_prob = sample_action(params.actor, batch.obs, noise[1])
         q_now = jnp.min(critic.apply(jax.lax.stop_gradient(params.critic), batch.obs, action_now), axis=0)
         actor_loss = jnp.mean(jax.lax.stop_gradient(alpha) * log_prob - q_now)
         # Temperature: up when the entropy is below its target, down when above.
@@ -154,15 +158,15 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         total = critic_loss + actor_loss + alpha_loss
         return total, LossInfo(total, critic_loss, actor_loss, alpha_loss, alpha, -jnp.mean(log_prob), jnp.mean(q[0]))
 
-    def grad(params: SACParams, target_critic, batch: ReplayItem, key: jax.Array):
+    def grad(params: SACParams, target_critic, batch: ReplayItem, noise: jax.Array):
         """This device's minibatch gradient of all three losses, ``pmean``-ed over devices (one collective), and
-        this device's loss statistics."""
-        grads, info = jax.grad(loss_fn, has_aux=True)(params, target_critic, batch, key)
+        this device's loss statistics. ``noise [2, N, d]`` draws the actions at ``s'`` and at ``s``."""
+        grads, info = jax.grad(loss_fn, has_aux=True)(params, target_critic, batch, noise)
         return pmean(grads, axis_name), info
 
     def gradient_step(carry, batch: ReplayItem, key):
         params, target_critic, opt_state, steps = carry
-        grads, info = grad(params, target_critic, batch, key)
+        grads, info = grad(params, target_critic, batch, noise_for(batch.obs, key, 2))
         new_params, new_opt = [], []
         for name in ("actor", "critic", "log_alpha"):
             part_tx = getattr(tx, "alpha" if name == "log_alpha" else name)

@@ -41,11 +41,12 @@ def squashed_gaussian_log_prob(u: jax.Array, mean: jax.Array, log_std: jax.Array
     return gaussian_log_prob(u, mean, log_std) - tanh_log_det(u) - jnp.sum(log_scale)
 
 
-def squashed_gaussian_sample(key: jax.Array, mean: jax.Array, log_std: jax.Array, log_scale: jax.Array
-                             ) -> tuple[jax.Array, jax.Array]:
-    """``(tanh(u) [..., d] in (-1, 1), its log-density [...])`` for ``u ~ N(mean, exp(log_std)^2)``, differentiable
-    in ``mean`` and ``log_std`` (reparameterised: ``u = mean + exp(log_std) * noise``)."""
-    u = mean + jnp.exp(log_std) * jax.random.normal(key, mean.shape, mean.dtype)
+def squashed_gaussian(noise: jax.Array, mean: jax.Array, log_std: jax.Array, log_scale: jax.Array
+                      ) -> tuple[jax.Array, jax.Array]:
+    """``(tanh(u) [..., d] in (-1, 1), its log-density [...])`` for ``u = mean + exp(log_std) * noise``, with
+    ``noise ~ N(0, 1)`` drawn by the caller: a sample of the squashed Gaussian, differentiable in ``mean`` and
+    ``log_std`` (reparameterised)."""
+    u = mean + jnp.exp(log_std) * noise
     return jnp.tanh(u), squashed_gaussian_log_prob(u, mean, log_std, log_scale)
 
 
