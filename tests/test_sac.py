@@ -1,5 +1,5 @@
 """SAC: the squashed-Gaussian math by hand, devices that stay identical, the pmean-ed gradient, continuous probes
-with known Q-values and a known best action, seeds and a swept learning rate in one compile, kill and resume with the
+with known Q-values and a known best action, seeds and a swept tau in one compile, kill and resume with the
 replay buffer, evaluation, one-line errors, and Pendulum solved with the defaults (slow)."""
 
 import os
@@ -25,13 +25,12 @@ from rlpar.checkpoint import Checkpoints
 REPO = Path(__file__).resolve().parents[1]
 SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
 
-# 4 devices x 2 envs on Pendulum, 6 updates of 4 steps, learning from the first update with 2 gradient steps each;
-# 2 seeds x 2 critic learning rates = 4 slots in one compiled program.
+# 4 devices x 2 envs on Pendulum, 6 updates of 4 steps, learning from the first update with 2 gradient steps each.
+# (Seeds and a sweep in one program: the two-step probe below.)
 TINY_ARGV = [
     "sac", "--env", "Pendulum-v1", "--devices", "4", "--num-envs", "8", "--num-steps", "4",
     "--total-timesteps", str(8 * 4 * 6), "--buffer-size", "128", "--minibatch-size", "16", "--learning-starts", "32",
-    "--gradient-steps", "2", "--hidden-sizes", "16,16", "--num-seeds", "2", "--sweep", "critic_lr=1e-9,3e-3",
-    "--log-every", "2", "--checkpoint-every", "2",
+    "--gradient-steps", "2", "--hidden-sizes", "16,16", "--log-every", "2", "--checkpoint-every", "2",
 ]
 
 
@@ -77,7 +76,8 @@ def test_squashed_density_in_the_envs_units_integrates_to_one():
     # must integrate to 1 over (-2, 2); without the scale term it would integrate to 2.
     a = np.linspace(-2, 2, 200_001)[1:-1]
     u = jnp.asarray(np.arctanh(a / 2.0))[:, None]
-    log_p = squashed_gaussian_log_prob(u, jnp.full_like(u, 0.3), jnp.full_like(u, np.log(0.8)), jnp.log(jnp.array([2.0])))
+    mean, log_std, log_scale = jnp.full_like(u, 0.3), jnp.full_like(u, np.log(0.8)), jnp.log(jnp.array([2.0]))
+    log_p = squashed_gaussian_log_prob(u, mean, log_std, log_scale)
     assert float(np.trapezoid(np.exp(np.asarray(log_p, np.float64)), a)) == pytest.approx(1.0, abs=1e-3)
     # and a sample goes through the same function: tanh(mean + std * noise)
     action, log_prob = squashed_gaussian(jnp.array([0.5]), jnp.array([0.3]), jnp.log(jnp.array([0.8])),
@@ -98,24 +98,13 @@ def test_parameters_targets_and_optimizer_states_are_bit_identical_on_every_devi
     agent = _final_state(tiny_run)["agent"]
     for name in ("params", "target_critic", "opt_state", "updates", "steps"):
         for leaf in jax.tree.leaves(agent[name]):
-            assert leaf.shape[:2] == (4, 4)  # [devices, slots]
+            assert leaf.shape[0] == 4  # [devices, ...]
             for device in range(1, 4):
                 np.testing.assert_array_equal(leaf[0], leaf[device], err_msg=name)
     assert set(agent["params"]) == {"actor", "critic", "log_alpha"}
     assert not np.array_equal(agent["params"]["log_alpha"], 0.0)  # the temperature moved
     stored = agent["buffer"]["experience"]["obs"]  # each device keeps its own environments' transitions
-    assert stored.shape[:4] == (4, 4, 1, 32) and not np.array_equal(stored[0], stored[1])
-
-
-def test_seeds_and_swept_learning_rate_in_one_program(tiny_run):
-    # slots: (seed 0, critic_lr 1e-9), (seed 1, 1e-9), (seed 0, 3e-3), (seed 1, 3e-3). The target critics are
-    # Polyak averages of the critics' past values from the same start, so they differ from the critics only where
-    # the critics moved: not at critic_lr 1e-9.
-    agent = _final_state(tiny_run)["agent"]
-    critic, target = jax.tree.leaves(agent["params"]["critic"]), jax.tree.leaves(agent["target_critic"])
-    assert not np.array_equal(critic[0][0, 0], critic[0][0, 1])  # two seeds, two initialisations
-    moved = [max(float(np.abs(a[0, slot] - b[0, slot]).max()) for a, b in zip(critic, target)) for slot in range(4)]
-    assert max(moved[:2]) < 1e-6 < 1e-4 < min(moved[2:])
+    assert stored.shape[:3] == (4, 1, 32) and not np.array_equal(stored[0], stored[1])
 
 
 def test_pmean_gradient_equals_one_devices_gradient_on_the_concatenated_batch():
@@ -149,24 +138,35 @@ def test_pmean_gradient_equals_one_devices_gradient_on_the_concatenated_batch():
 
 # ---- probes with known answers ----
 
-PROBE = SACConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 160, buffer_size=1024, minibatch_size=64,
-                  learning_starts=64, gradient_steps=8, tau=0.5, actor_lr=1e-2, critic_lr=1e-2, alpha_lr=1e-2,
-                  gamma=0.9, hidden_sizes=(16,), learn_alpha=False, init_alpha=1e-6)  # alpha ~ 0: soft Q = Q
+# alpha ~ 0 (soft Q = Q); a quarter of the buffer from the uniformly random warm-up, so every action has data
+PROBE = SACConfig(num_envs=8, num_steps=8, total_timesteps=8 * 8 * 128, buffer_size=1024, minibatch_size=64,
+                  learning_starts=256, gradient_steps=8, tau=0.5, actor_lr=3e-3, critic_lr=1e-2, alpha_lr=1e-2,
+                  gamma=0.9, hidden_sizes=(32, 32), learn_alpha=False, init_alpha=1e-6)
 
 
-def _train_probe(env_id, config=PROBE):
-    result = agents.sac.train(config, env_id, devices=2, log_every=config.num_updates)
+def _train_probe(env_id, config=PROBE, **run_options):
+    result = agents.sac.train(config, env_id, devices=2, log_every=config.num_updates, **run_options)
     return result, make_sac(config, *envs.make(env_id), 1, None)
 
 
-def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all():
+def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds_and_swept_tau_in_one_program():
     # Probe-ContinuousTwoStep-v0: reward 0.5 at [0], then 1 at [1] and the episode terminates, whatever the action.
-    # gamma = 0.9: Q([1], a) = 1 and Q([0], a) = 0.5 + 0.9 = 1.4 for every action, for both critics.
-    result, sac = _train_probe("Probe-ContinuousTwoStep-v0")
+    # gamma = 0.9: Q([1], a) = 1 and Q([0], a) = 0.5 + 0.9 = 1.4 for every action, for both critics. Trained as 4
+    # slots of one compiled program: (seed 0, tau 0.5), (seed 1, tau 0.5), (seed 0, tau 1), (seed 1, tau 1).
+    result, sac = _train_probe("Probe-ContinuousTwoStep-v0", num_seeds=2, sweep="tau=0.5,1.0")
     obs = jnp.array([[0.0], [0.0], [0.0], [1.0], [1.0], [1.0]])
-    action = jnp.array([[-1.0], [0.0], [1.0], [-1.0], [0.0], [1.0]])
-    q = np.asarray(sac.critic.apply(result.params.critic, obs, action))
-    np.testing.assert_allclose(q, np.broadcast_to([1.4, 1.4, 1.4, 1.0, 1.0, 1.0], q.shape), atol=0.05)
+    action = jnp.array([[-0.5], [0.0], [0.5], [-0.5], [0.0], [0.5]])
+    for slot in range(4):
+        critic = jax.tree.map(lambda x: x[slot], result.params.critic)
+        q = np.asarray(sac.critic.apply(critic, obs, action))
+        np.testing.assert_allclose(q, np.broadcast_to([1.4, 1.4, 1.4, 1.0, 1.0, 1.0], q.shape), atol=0.05)
+    # The swept tau reached the traced update: with tau = 1 the target critics are a copy of the critics after
+    # every step; with tau = 0.5 they lag. And the two seeds trained different networks.
+    critic, target = jax.tree.leaves(result.params.critic), jax.tree.leaves(result.state.agent.target_critic)
+    target = [parallel.first_replica(t) for t in target]
+    lag = [max(float(np.abs(c[slot] - t[slot]).max()) for c, t in zip(critic, target)) for slot in range(4)]
+    assert min(lag[:2]) > 1e-4 and max(lag[2:]) == 0.0
+    assert not np.array_equal(critic[0][0], critic[0][1])
 
 
 def test_bandit_policy_finds_the_best_action_in_the_envs_units():
@@ -196,7 +196,7 @@ def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, k
 
 
 def test_evaluate_runs_the_deterministic_export(tiny_run):
-    result = evaluate.evaluate(tiny_run, episodes=2, slot=3)
+    result = evaluate.evaluate(tiny_run, episodes=2)
     assert result.returns.shape == (2,) and np.all(result.returns < 0) and np.all(result.lengths == 200)
 
 

@@ -59,6 +59,15 @@ class LossInfo(NamedTuple):
     q: jax.Array  # mean Q(s, a) of the minibatch
 
 
+class Learning(NamedTuple):
+    """What the gradient steps of one update carry from step to step."""
+
+    params: Any
+    target_params: Any
+    opt_state: Any
+    steps: jax.Array  # int32, gradient steps done
+
+
 def make_dqn(config: DQNConfig, env, env_params, num_envs: int, axis_name: str | None = None) -> DQN:
     """Build the per-device DQN functions for ``num_envs`` environments on this device (``ValueError`` for an env
     without a ``Discrete`` action space, naming the agents that fit it)."""
@@ -110,28 +119,27 @@ def make_dqn(config: DQNConfig, env, env_params, num_envs: int, axis_name: str |
         grads, info = jax.grad(loss_fn, has_aux=True)(params, target_params, batch)
         return pmean(grads, axis_name), info
 
-    def gradient_step(carry, batch: ReplayItem, key):
-        params, target_params, opt_state, steps = carry
-        grads, info = grad(params, target_params, batch)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        params = optax.apply_updates(params, updates)
-        steps = steps + 1
-        target_params = replay_lib.update_target(target_params, params, steps, config.target_update_every, config.tau)
-        return (params, target_params, opt_state, steps), info
+    def gradient_step(carry: Learning, batch: ReplayItem, key) -> tuple[Learning, LossInfo]:
+        grads, info = grad(carry.params, carry.target_params, batch)
+        updates, opt_state = tx.update(grads, carry.opt_state, carry.params)
+        params = optax.apply_updates(carry.params, updates)
+        steps = carry.steps + 1
+        target_params = replay_lib.update_target(carry.target_params, params, steps, config.target_update_every,
+                                                 config.tau)
+        return Learning(params, target_params, opt_state, steps), info
 
     def learn(state: DQNState, experience: Experience) -> tuple[DQNState, dict]:
         replay = replay_lib.device_replay(config, axis_name)
         buffer = replay.add(state.buffer, replay_lib.transitions(experience))
         updates = state.updates + 1
         key, key_steps = jax.random.split(state.key)
-        carry = (state.params, state.target_params, state.opt_state, state.steps)
-        (params, target_params, opt_state, steps), info = replay_lib.gradient_steps(
-            gradient_step, carry, replay, buffer, key_steps, config.gradient_steps,
-            updates >= config.first_learning_update)
+        learned, info = replay_lib.gradient_steps(
+            gradient_step, Learning(state.params, state.target_params, state.opt_state, state.steps), replay, buffer,
+            key_steps, config.gradient_steps, updates >= config.first_learning_update)
         # One collective for all steps' statistics; epsilon is the same everywhere, reduced only to say so (shard_map)
         metrics = pmean({"loss/total": info.td, "q/mean": info.q, "explore/epsilon": epsilon(state)}, axis_name)
-        new_state = DQNState(params, target_params, opt_state, buffer, key, updates, steps)
-        return new_state, metrics
+        return DQNState(learned.params, learned.target_params, learned.opt_state, buffer, key, updates,
+                        learned.steps), metrics
 
     return DQN(network=network, init=init, initial_carry=lambda n: (), act=act,
                bootstrap=replay_lib.final_observation, learn=learn, policy=policy, grad=grad, epsilon=epsilon)

@@ -68,6 +68,15 @@ class LossInfo(NamedTuple):
     q: jax.Array  # mean Q(s, a) of the minibatch's actions (first critic)
 
 
+class Learning(NamedTuple):
+    """What the gradient steps of one update carry from step to step."""
+
+    params: SACParams
+    target_critic: Any
+    opt_state: SACOptState
+    steps: jax.Array  # int32, gradient steps done
+
+
 class SAC(NamedTuple):
     """The pure functions of one SAC agent on one device: the ``rlpar.agent.Agent`` contract, plus its pieces."""
 
@@ -164,35 +173,35 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         grads, info = jax.grad(loss_fn, has_aux=True)(params, target_critic, batch, noise)
         return pmean(grads, axis_name), info
 
-    def gradient_step(carry, batch: ReplayItem, key):
-        params, target_critic, opt_state, steps = carry
-        grads, info = grad(params, target_critic, batch, noise_for(batch.obs, key, 2))
-        new_params, new_opt = [], []
-        for name in ("actor", "critic", "log_alpha"):
-            part_tx = getattr(tx, "alpha" if name == "log_alpha" else name)
-            part_opt = getattr(opt_state, "alpha" if name == "log_alpha" else name)
-            updates, part_opt = part_tx.update(getattr(grads, name), part_opt, getattr(params, name))
-            new_params.append(optax.apply_updates(getattr(params, name), updates))
-            new_opt.append(part_opt)
-        params, opt_state = SACParams(*new_params), SACOptState(*new_opt)
-        steps = steps + 1
-        target_critic = replay_lib.update_target(target_critic, params.critic, steps, config.target_update_every,
-                                                 config.tau)
-        return (params, target_critic, opt_state, steps), info
+    def adam_step(part_tx, grads, opt_state, params):
+        updates, opt_state = part_tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    def gradient_step(carry: Learning, batch: ReplayItem, key) -> tuple[Learning, LossInfo]:
+        params, opt_state = carry.params, carry.opt_state
+        grads, info = grad(params, carry.target_critic, batch, noise_for(batch.obs, key, 2))
+        actor_params, actor_opt = adam_step(tx.actor, grads.actor, opt_state.actor, params.actor)
+        critic_params, critic_opt = adam_step(tx.critic, grads.critic, opt_state.critic, params.critic)
+        log_alpha, alpha_opt = adam_step(tx.alpha, grads.log_alpha, opt_state.alpha, params.log_alpha)
+        steps = carry.steps + 1
+        target_critic = replay_lib.update_target(carry.target_critic, critic_params, steps,
+                                                 config.target_update_every, config.tau)
+        return Learning(SACParams(actor_params, critic_params, log_alpha), target_critic,
+                        SACOptState(actor_opt, critic_opt, alpha_opt), steps), info
 
     def learn(state: SACState, experience: Experience) -> tuple[SACState, dict]:
         replay = replay_lib.device_replay(config, axis_name)
         buffer = replay.add(state.buffer, replay_lib.transitions(experience))
         updates = state.updates + 1
         key, key_steps = jax.random.split(state.key)
-        carry = (state.params, state.target_critic, state.opt_state, state.steps)
-        (params, target_critic, opt_state, steps), info = replay_lib.gradient_steps(
-            gradient_step, carry, replay, buffer, key_steps, config.gradient_steps,
-            updates >= config.first_learning_update)
+        learned, info = replay_lib.gradient_steps(
+            gradient_step, Learning(state.params, state.target_critic, state.opt_state, state.steps), replay,
+            buffer, key_steps, config.gradient_steps, updates >= config.first_learning_update)
         metrics = pmean({"loss/total": info.total, "loss/critic": info.critic, "loss/actor": info.actor,
                          "loss/alpha": info.alpha_loss, "sac/alpha": info.alpha, "sac/entropy": info.entropy,
                          "q/mean": info.q}, axis_name)  # one collective for all steps' statistics
-        return SACState(params, target_critic, opt_state, buffer, key, updates, steps), metrics
+        return SACState(learned.params, learned.target_critic, learned.opt_state, buffer, key, updates,
+                        learned.steps), metrics
 
     return SAC(actor=actor, critic=critic, init=init, initial_carry=lambda n: (), act=act,
                bootstrap=replay_lib.final_observation, learn=learn, policy=policy, grad=grad, to_env=to_env)
