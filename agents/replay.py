@@ -106,7 +106,8 @@ def transitions(experience: Experience) -> ReplayItem:
 
 
 class Replay(NamedTuple):
-    """A device's replay buffer: pure functions over its state (``ReplayState``, a pytree)."""
+    """A device's replay buffer: pure functions over its state, flashbax's ``TrajectoryBufferState`` (a pytree:
+    ``experience`` with leaves ``[1, capacity, ...]``, ``current_index``, ``is_full``)."""
 
     init: Callable[[Any], Any]  # (one item, leaves without the [N] axis) -> empty state
     add: Callable[[Any, Any], Any]  # (state, items [N, ...]) -> state; the oldest items are overwritten when full
@@ -137,7 +138,7 @@ def device_replay(config: ReplayConfig, axis_name: str | None) -> Replay:
 
 
 def gradient_steps(step: Callable, carry: Any, replay: Replay, buffer: Any, key: jax.Array, num_steps: int,
-                   learning: jax.Array) -> tuple[Any, dict]:
+                   learning: jax.Array) -> tuple[Any, Any]:
     """``num_steps`` calls of ``step(carry, minibatch, key) -> (carry, info)``, each on a minibatch sampled from
     ``buffer``, when ``learning`` (a bool scalar, the same on every device); otherwise ``carry`` as it is (the
     warm-up). Returns the carry and ``info`` averaged over the steps (zeros when not learning)."""
