@@ -169,6 +169,14 @@ def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds
     assert not np.array_equal(critic[0][0], critic[0][1])
 
 
+def test_time_limit_bootstraps_from_the_final_observation():
+    # Probe-ContinuousTruncated-v0: reward 1 forever, cut after 5 steps, constant observation: Q = 1 / (1 - 0.9) = 10
+    # for every action (3.6 if the cut were read as termination).
+    result, sac = _train_probe("Probe-ContinuousTruncated-v0")
+    q = np.asarray(sac.critic.apply(result.params.critic, jnp.zeros((3, 1)), jnp.array([[-0.5], [0.0], [0.5]])))
+    np.testing.assert_allclose(q, 10.0, atol=0.3)
+
+
 def test_bandit_policy_finds_the_best_action_in_the_envs_units():
     # Probe-ContinuousBandit-v0: reward -(a - 1)^2 for a in [-2, 2], one step. The best action is a = 1: the greedy
     # export says 0.5, which envs.RescaleAction maps onto 1. The temperature is learned here.
