@@ -27,10 +27,12 @@ class ProbeParams(environment.EnvParams):
 
 
 class _Probe(environment.Environment):
-    """Shared plumbing: a scalar observation, ``num_actions`` discrete actions."""
+    """Shared plumbing: a scalar observation, ``num_actions`` discrete actions (or, with ``continuous``, one
+    continuous action in ``[-2, 2]``: the agent acts in ``[-1, 1]`` behind ``envs.RescaleAction``)."""
 
     n_actions = 1
     terminates = True  # episode ends after one step
+    continuous = False
 
     @property
     def default_params(self) -> ProbeParams:
@@ -65,6 +67,8 @@ class _Probe(environment.Environment):
         return self.n_actions
 
     def action_space(self, params=None):
+        if self.continuous:
+            return spaces.Box(-2.0, 2.0, (1,), jnp.float32)
         return spaces.Discrete(self.n_actions)
 
     def observation_space(self, params):
@@ -121,6 +125,49 @@ class Policy(_Probe):
 
     def _reward(self, obs, action):
         return jnp.where(action == (obs[0] > 0).astype(action.dtype), 1.0, 0.0).astype(jnp.float32)
+
+
+class TwoStep(_Probe):
+    """Observation [0], reward 0.5; then observation [1], reward 1, and the episode terminates.
+
+    Q(s0) = 0.5 + gamma * 1 (bootstrapping one step), Q(s1) = 1 (a terminal step does not bootstrap).
+    """
+
+    def _obs(self, time):
+        return jnp.minimum(jnp.asarray(time, jnp.float32), 1.0)[None]  # the terminal observation is [1.] too
+
+    def reset_env(self, key, params):
+        return self._obs(0), ProbeState(time=0, obs=self._obs(0))
+
+    def step_env(self, key, state, action, params):
+        reward = jnp.where(state.time == 0, 0.5, 1.0).astype(jnp.float32)
+        time = state.time + 1
+        return self._obs(time), ProbeState(time=time, obs=self._obs(time)), reward, time >= 2, {}
+
+    def is_terminated(self, state, params):
+        return state.time >= 2
+
+
+class ContinuousTwoStep(TwoStep):
+    """``TwoStep`` with one continuous action that changes nothing: Q(s0, a) = 0.5 + gamma, Q(s1, a) = 1."""
+
+    continuous = True
+
+
+class ContinuousTruncated(Truncated):
+    """``Truncated`` with one continuous action that changes nothing: Q(s, a) = 1 / (1 - gamma)."""
+
+    continuous = True
+
+
+class ContinuousBandit(_Probe):
+    """One step, one continuous action ``a`` in [-2, 2], reward ``-(a - 1)^2``, terminates: Q(s, a) = -(a - 1)^2,
+    best action 1 (in the env's own units: an agent acting in [-1, 1] must send 0.5)."""
+
+    continuous = True
+
+    def _reward(self, obs, action):
+        return -jnp.square(jnp.reshape(action, (-1,))[0] - 1.0).astype(jnp.float32)
 
 
 @struct.dataclass

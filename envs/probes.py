@@ -11,6 +11,10 @@ environment (six-value ``step`` with auto-reset), registered with ``envs.make`` 
 | ``Probe-TwoStep-v0``    | [0.], then [1.] | 1      | 1, then 2         | terminates after 2 steps  | V(s0) = 1 + 2 gamma, V(s1) = 2  |
 | ``Probe-Policy-v0``     | [+1.] or [-1.] | 2       | 1 if action == (obs > 0) else 0 | terminates after 1 step | pi picks the matching action; V = 1 |
 | ``Probe-Memory-v0``     | cue, then blanks | 2     | 1 if the step-3 action matches the step-1 cue | terminates after 3 steps | memoryless 0.5, recurrent 1 |
+| ``Probe-TwoStep-v0``    | [0.], then [1.] | 1      | 0.5, then 1       | terminates after 2 steps  | Q(s0) = 0.5 + gamma, Q(s1) = 1 |
+| ``Probe-ContinuousTwoStep-v0`` | as TwoStep | Box [-2, 2] | as TwoStep (the action changes nothing) | terminates after 2 steps | as TwoStep, for every action |
+| ``Probe-ContinuousTruncated-v0`` | [0.] | Box [-2, 2] | 1             | truncated after 5 steps   | Q(s, a) = 1 / (1 - gamma)       |
+| ``Probe-ContinuousBandit-v0`` | [0.]     | Box [-2, 2] | -(a - 1)^2    | terminates after 1 step   | Q(s, a) = -(a - 1)^2; best a = 1 |
 
 ``Probe-Truncated-v0`` has a constant observation, so the critic cannot see the clock: a learner that treats the time
 limit as termination fits an average of truncated returns (well below 1 / (1 - gamma)); one that bootstraps from
@@ -37,6 +41,10 @@ _PROBE_CLASSES = {
     "Probe-TwoStep-v0": "TwoStep",
     "Probe-Policy-v0": "Policy",
     "Probe-Memory-v0": "Memory",
+    "Probe-TwoStep-v0": "TwoStep",
+    "Probe-ContinuousTwoStep-v0": "ContinuousTwoStep",
+    "Probe-ContinuousTruncated-v0": "ContinuousTruncated",
+    "Probe-ContinuousBandit-v0": "ContinuousBandit",
 }
 
 

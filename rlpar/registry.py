@@ -1,4 +1,5 @@
-"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, or ``package.module:ATTR``.
+"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``,
+or ``package.module:ATTR``.
 
 The engine never imports this module or the agents; the CLI, evaluation and resume do.
 """
@@ -14,6 +15,8 @@ AGENTS: dict[str, str] = {
     "ppo": "agents.ppo:SPEC",
     "ppo_rnn": "agents.ppo_rnn:SPEC",
     "pqn": "agents.pqn:SPEC",
+    "dqn": "agents.dqn:SPEC",
+    "sac": "agents.sac:SPEC",
 }
 
 

@@ -226,6 +226,8 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes)
+    agent.make(config, env, env_params, config.num_envs // len(devices), None)  # its own checks of the env, before
+    # the run dir is touched (e.g. agents.spaces: an action space the agent cannot take)
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:

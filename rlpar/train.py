@@ -88,15 +88,17 @@ def _parse(spec, argv: list[str]):
     return cli.build_dataclass(RunConfig, args).validate(), cli.build_dataclass(spec.config_cls, args, base=base)
 
 
-def _check(run_config: RunConfig, config) -> list:
-    """Everything that can be refused before compiling: the env id, the devices, the config on those devices."""
+def _check(spec, run_config: RunConfig, config) -> list:
+    """Everything that can be refused before compiling: the env id, the devices, the config on those devices, and
+    the agent's own checks of the env (e.g. an action space it cannot take)."""
     import envs
     from rlpar import parallel
 
-    envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
+    env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
+    spec.make(config, env, env_params, config.num_envs // len(devices), None)
     return devices
 
 
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         if ":" in argv[0]:  # config.json records how to find it again (evaluate, --resume)
             spec = spec._replace(name=argv[0])
         run_config, config = _parse(spec, argv[1:])
-        devices = _check(run_config, config)
+        devices = _check(spec, run_config, config)
     except ValueError as err:
         return _fail(err, 2)
     return _train(spec, config, run_config, devices, resumed.run_dir)
