@@ -36,7 +36,9 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
@@ -148,6 +150,10 @@ class Checkpoints:
         the same point with the same ``state``; only the writer's files reach the disk, so the others may pass
         ``position=None`` (they keep no logs).
         """
+        with _ctrl_c_after():  # a Ctrl-C meanwhile acts once the checkpoint is committed
+            return self._save(step, state, position, meta)
+
+    def _save(self, step: int, state: Any, position: Position | None, meta: dict) -> Path:
         ocp, checkpointer = _checkpointer()
         path = self.path(step)
         if self.writer:
@@ -290,6 +296,29 @@ class _DropOrphanedReads(logging.Filter):
 
 
 _DROP_ORPHANED_READS = _DropOrphanedReads()
+
+
+@contextlib.contextmanager
+def _ctrl_c_after() -> Iterator[None]:
+    """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then raise it.
+
+    A ``KeyboardInterrupt`` in the middle of orbax's save leaves its writer threads running into interpreter
+    shutdown (``RuntimeError: cannot schedule new futures after interpreter shutdown``, with a traceback) and the
+    checkpoint half written; held back, the save finishes and the interrupted run names it as its last checkpoint.
+    Only the main thread can take signals; elsewhere, or under a handler other than Python's default, nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -114,3 +114,24 @@ def test_relative_checkpoint_dirs_save_and_restore(tmp_path, monkeypatch):
     restored = Checkpoints("run/checkpoints").restore(2)
     np.testing.assert_array_equal(restored.state["w"], state["w"])
     assert restored.position.updates_done == 2 and restored.meta == {"agent": "ppo"}
+
+
+def test_ctrl_c_during_a_save_lets_the_save_finish_then_interrupts(tmp_path, monkeypatch):
+    # A SIGINT in the middle of orbax's save used to leave its threads running into interpreter shutdown (a
+    # RuntimeError traceback) and the checkpoint half written: now the save completes and commits, then Ctrl-C acts.
+    import signal
+
+    ocp, real = checkpoint._checkpointer()
+
+    class SignalledMidSave:
+        def save(self, path, args):
+            os.kill(os.getpid(), signal.SIGINT)  # delivered while orbax writes
+            real.save(path, args=args)
+
+    monkeypatch.setattr(checkpoint, "_checkpointer", lambda: (ocp, SignalledMidSave()))
+    checkpoints = Checkpoints(tmp_path / "checkpoints")
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.save(3, {"w": np.ones(4, np.float32)}, Position(3, 1, 10, 10), {"agent": "ppo"})
+    assert checkpoints.committed_steps() == [3]
+    monkeypatch.undo()
+    np.testing.assert_array_equal(checkpoints.restore(3).state["w"], np.ones(4, np.float32))
