@@ -95,26 +95,6 @@ class Truncated(_Probe):
     terminates = False
 
 
-class TwoStep(_Probe):
-    """A chain of two steps, observations ``[0.]`` then ``[1.]``: reward 1 on the first step, 2 on the second, then
-    the episode terminates. Q(s0) = 1 + gamma * 2 (a learner must bootstrap across the step), Q(s1) = 2."""
-
-    def reset_env(self, key, params):
-        return jnp.zeros((1,), jnp.float32), ProbeState(time=0, obs=jnp.zeros((1,), jnp.float32))
-
-    def step_env(self, key, state, action, params):
-        reward = jnp.where(state.time == 0, 1.0, 2.0).astype(jnp.float32)
-        new_obs = jnp.full((1,), state.time + 1, jnp.float32)
-        new_state = ProbeState(time=state.time + 1, obs=new_obs)
-        return new_obs, new_state, reward, new_state.time >= 2, {}
-
-    def is_terminated(self, state, params):
-        return state.time >= 2
-
-    def observation_space(self, params):
-        return spaces.Box(0.0, 2.0, (1,), jnp.float32)
-
-
 class Policy(_Probe):
     """Observation +1 or -1; action 1 pays 1 on +1, action 0 pays 1 on -1; terminates: optimal V = 1."""
 

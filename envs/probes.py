@@ -8,7 +8,6 @@ environment (six-value ``step`` with auto-reset), registered with ``envs.make`` 
 | ``Probe-OneStep-v0``    | [0.]           | 1       | 1                 | terminates after 1 step   | V(s) = 1                        |
 | ``Probe-ObsReward-v0``  | [+1.] or [-1.] | 1       | = obs             | terminates after 1 step   | V(s) = obs                      |
 | ``Probe-Truncated-v0``  | [0.]           | 1       | 1                 | truncated after 5 steps   | V(s) = 1 / (1 - gamma)          |
-| ``Probe-TwoStep-v0``    | [0.], then [1.] | 1      | 1, then 2         | terminates after 2 steps  | V(s0) = 1 + 2 gamma, V(s1) = 2  |
 | ``Probe-Policy-v0``     | [+1.] or [-1.] | 2       | 1 if action == (obs > 0) else 0 | terminates after 1 step | pi picks the matching action; V = 1 |
 | ``Probe-Memory-v0``     | cue, then blanks | 2     | 1 if the step-3 action matches the step-1 cue | terminates after 3 steps | memoryless 0.5, recurrent 1 |
 | ``Probe-TwoStep-v0``    | [0.], then [1.] | 1      | 0.5, then 1       | terminates after 2 steps  | Q(s0) = 0.5 + gamma, Q(s1) = 1 |
@@ -41,7 +40,6 @@ _PROBE_CLASSES = {
     "Probe-TwoStep-v0": "TwoStep",
     "Probe-Policy-v0": "Policy",
     "Probe-Memory-v0": "Memory",
-    "Probe-TwoStep-v0": "TwoStep",
     "Probe-ContinuousTwoStep-v0": "ContinuousTwoStep",
     "Probe-ContinuousTruncated-v0": "ContinuousTruncated",
     "Probe-ContinuousBandit-v0": "ContinuousBandit",

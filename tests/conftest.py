@@ -33,3 +33,14 @@ def tiny_run_dir(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("tiny") / "run"
     assert train.main([*TINY_RUN_ARGV, "--run-dir", str(run_dir)]) == 0
     return run_dir
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drop JAX's compiled programs after each test module: one long process compiles hundreds of them, and holding
+    them all ended in a native crash inside XLA's compiler late in the run."""
+    yield
+    import gc
+
+    jax.clear_caches()
+    gc.collect()

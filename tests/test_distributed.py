@@ -35,6 +35,10 @@ LOG_EVERY = 4
 PROCESS_DEADLINE_S = 240  # per test: the longest a run of two processes may take before the test kills it
 
 
+# Compiling Craftax/brax steps and launching processes take minutes on 2 cores: run by `-m slow` (CI runs it).
+pytestmark = pytest.mark.slow
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("localhost", 0))

@@ -161,6 +161,7 @@ def test_time_limit_bootstraps_from_the_final_observation():
 
 # ---- a run dir: kill and resume, evaluate ----
 
+@pytest.mark.slow  # a subprocess compiling and training twice; CI runs it (-m slow)
 def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, killed_run):
     run_dir, proc = killed_run
     _, stderr = proc.communicate(timeout=300)

@@ -191,6 +191,7 @@ def test_bandit_policy_finds_the_best_action_in_the_envs_units():
 
 # ---- a run dir: kill and resume, evaluate ----
 
+@pytest.mark.slow  # a subprocess compiling and training twice; CI runs it (-m slow)
 def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, killed_run):
     run_dir, proc = killed_run
     _, stderr = proc.communicate(timeout=300)

@@ -30,6 +30,10 @@ TINY = dict(num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1, hidden_
 LIMIT = 6  # the time limit of the crafted episodes
 
 
+# Compiling Craftax/brax steps and launching processes take minutes on 2 cores: run by `-m slow` (CI runs it).
+pytestmark = pytest.mark.slow
+
+
 def _needs(extra: str):
     if extra == "brax":  # MuJoCo picks its OpenGL platform when first imported (see envs.brax_suite)
         envs.brax_suite.default_mujoco_gl()
