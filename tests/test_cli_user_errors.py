@@ -97,6 +97,7 @@ def test_console_script_usage_names_itself():
     assert proc.returncode == 0 and proc.stdout.startswith("usage: rlpar-train ppo")
 
 
+@pytest.mark.slow  # trains, is interrupted and resumes in subprocesses (about a minute); CI runs it (-m slow)
 def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path):
     # SIGINT a run once its first checkpoint exists; it must name the update, the last checkpoint and how to
     # continue, exit 130, and resuming must finish the run.

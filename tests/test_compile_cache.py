@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96",
         "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "3"]
@@ -21,6 +23,7 @@ def _train(cwd: Path, *flags: str, env_extra: dict | None = None) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow  # two training commands in fresh processes (about a minute); CI runs it (-m slow)
 def test_second_identical_run_loads_its_program_from_the_cache(tmp_path):
     first = _train(tmp_path, "--compile-cache", "cache")
     assert "compiled in" in first and "from the compilation cache" not in first
