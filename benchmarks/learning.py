@@ -76,6 +76,7 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=20, help="greedy evaluation episodes per seed")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="fraction of the published budget to run")
     parser.add_argument("--out", default=None, help="append JSON lines here")
+    parser.add_argument("--keep", default=None, help="keep each run directory as KEEP/ENV (default: a temporary one)")
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
 
@@ -85,7 +86,7 @@ def main() -> int:
         budget, reference, source = REFERENCES[env]
         budget = int(budget * args.budget_scale)
         with tempfile.TemporaryDirectory() as tmp:
-            run_dir = Path(tmp) / "run"
+            run_dir = Path(args.keep).resolve() / env if args.keep else Path(tmp) / "run"
             trained = train(args.agent, env, budget, args.seeds, run_dir, args.extra)
             timing = [json.loads(line) for line in (run_dir / "timing.jsonl").read_text().splitlines()]
             compiled = re.search(r"\+ ([0-9.]+)s compile", trained["done_line"])

@@ -66,30 +66,38 @@ def installed(peer: str) -> bool:
 # The code below runs inside a peer venv.
 
 
+def _rejax_config(args) -> tuple[str, dict]:
+    """rejax's algorithm class name and ``create`` arguments for ``--algo``, from the shared flags."""
+    common = dict(env=args.env, num_envs=args.num_envs, learning_rate=args.lr, max_grad_norm=args.max_grad_norm,
+                  total_timesteps=args.total_timesteps, gamma=args.gamma,
+                  eval_freq=args.total_timesteps,  # one training chunk, no evaluation in between
+                  skip_initial_evaluation=True)
+    hidden = tuple(int(h) for h in args.hidden_sizes.split(","))
+    epsilon = dict(eps_start=args.eps_start, eps_end=args.eps_end, exploration_fraction=args.exploration_fraction)
+    replay = dict(buffer_size=args.buffer_size, fill_buffer=args.fill_buffer, batch_size=args.batch_size,
+                  num_epochs=args.update_epochs, target_update_freq=args.target_update_freq, polyak=args.polyak)
+    if args.algo == "ppo":
+        return "PPO", dict(common, num_steps=args.num_steps, num_epochs=args.update_epochs,
+                           num_minibatches=args.num_minibatches, gae_lambda=args.gae_lambda, clip_eps=args.clip_eps,
+                           vf_coef=args.vf_coef, ent_coef=args.ent_coef,
+                           agent_kwargs={"activation": args.activation, "hidden_layer_sizes": hidden})
+    if args.algo == "pqn":  # rejax fixes PQN's and DQN's network at (64, 64); its PQN at relu(LayerNorm(x))
+        return "PQN", dict(common, num_steps=args.num_steps, num_epochs=args.update_epochs,
+                           num_minibatches=args.num_minibatches, td_lambda=args.td_lambda, **epsilon)
+    if args.algo == "dqn":
+        return "DQN", dict(common, ddqn=True, agent_kwargs={"activation": args.activation}, **epsilon, **replay)
+    if args.algo == "sac":
+        return "SAC", dict(common, hidden_layer_sizes=hidden, agent_kwargs={"activation": args.activation}, **replay)
+    raise SystemExit(f"--algo={args.algo!r}: one of ppo, pqn, dqn, sac")
+
+
 def _rejax_main(args) -> dict:
-    """Train rejax PPO on the rlpar default CartPole config; time it without compilation."""
+    """Train rejax's ``--algo`` on the given config; time it without compilation."""
     import jax
     import rejax
 
-    config = dict(
-        env=args.env,
-        num_envs=args.num_envs,
-        num_steps=args.num_steps,
-        num_epochs=args.update_epochs,
-        num_minibatches=args.num_minibatches,
-        learning_rate=args.lr,
-        max_grad_norm=args.max_grad_norm,
-        total_timesteps=args.total_timesteps,
-        eval_freq=args.total_timesteps,  # one training chunk, no evaluation in between
-        skip_initial_evaluation=True,
-        gamma=args.gamma,
-        gae_lambda=args.gae_lambda,
-        clip_eps=args.clip_eps,
-        vf_coef=args.vf_coef,
-        ent_coef=args.ent_coef,
-        agent_kwargs={"activation": "tanh", "hidden_layer_sizes": (64, 64)},
-    )
-    algo = rejax.PPO.create(**config)
+    name, config = _rejax_config(args)
+    algo = getattr(rejax, name).create(**config)
     evaluate = algo.eval_callback
     timed = algo.replace(eval_callback=lambda algo, ts, rng: ())  # no evaluation inside the timed program
     train = jax.jit(timed.train)
@@ -106,10 +114,12 @@ def _rejax_main(args) -> dict:
         ts, _ = jax.block_until_ready(compiled(jax.random.PRNGKey(args.seed + repeat)))
         times.append(time.perf_counter() - start)
     lengths, returns = evaluate(algo, ts, jax.random.PRNGKey(123))
-    steps = _rounded_steps(args.total_timesteps, args.num_envs * args.num_steps, round_up=True)  # rejax: np.ceil
+    per_iteration = args.num_envs * (args.num_steps if args.algo in ("ppo", "pqn") else 1)
+    steps = _rounded_steps(args.total_timesteps, per_iteration, round_up=True)  # rejax: np.ceil
     device = jax.devices()[0]
     return {
         "peer": "rejax",
+        "algo": args.algo,
         "peer_version": _version("rejax"),
         "jax_version": jax.__version__,
         "backend": device.platform,
@@ -192,7 +202,9 @@ def _version(dist: str) -> str:
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """The shared PPO settings; defaults are rlpar's PPOConfig defaults (CartPole, 8 envs x 128 steps)."""
+    """The shared settings (PPO's first; then those of rejax's PQN, DQN and SAC); defaults are rlpar's PPOConfig
+    defaults (CartPole, 8 envs x 128 steps)."""
+    parser.add_argument("--algo", default="ppo", help="rejax only: ppo, pqn, dqn or sac")
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-envs", type=int, default=8)
@@ -207,6 +219,17 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ent-coef", type=float, default=0.01)
     parser.add_argument("--vf-coef", type=float, default=0.5)
     parser.add_argument("--max-grad-norm", type=float, default=0.5)
+    parser.add_argument("--hidden-sizes", default="64,64", help="ppo, sac (rejax's pqn and dqn: always 64,64)")
+    parser.add_argument("--activation", default="tanh", help="ppo, dqn, sac")
+    parser.add_argument("--td-lambda", type=float, default=0.9, help="pqn")
+    parser.add_argument("--eps-start", type=float, default=1.0, help="pqn, dqn")
+    parser.add_argument("--eps-end", type=float, default=0.05, help="pqn, dqn")
+    parser.add_argument("--exploration-fraction", type=float, default=0.1, help="pqn, dqn: of total_timesteps")
+    parser.add_argument("--buffer-size", type=int, default=100_000, help="dqn, sac")
+    parser.add_argument("--fill-buffer", type=int, default=1_000, help="dqn, sac: env steps before learning")
+    parser.add_argument("--batch-size", type=int, default=64, help="dqn, sac: transitions per gradient step")
+    parser.add_argument("--target-update-freq", type=int, default=1, help="dqn, sac: env steps between target updates")
+    parser.add_argument("--polyak", type=float, default=0.0, help="dqn, sac: target <- polyak * target + (1-polyak) * online")
     parser.add_argument("--repeats", type=int, default=3, help="timed training runs; median and min/max reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (sb3 only)")
 

@@ -14,6 +14,12 @@ BRAX = dict(
 )
 
 
+# MinAtar games (10x10 images through the CNN torso); budget 2M for a CPU, the published ones are 1e7.
+MINATAR = dict(
+    num_envs=64, num_steps=128, total_timesteps=2_000_000, lr=5e-4, hidden_sizes=(128,), activation="relu",
+)
+
+
 class _Presets(dict):
     """``{env id: preset}``; ``get`` also serves ids of a family: ``brax-NAME@BACKEND`` finds the entry of
     ``brax-NAME``, and a brax env without one gets ``BRAX``."""
@@ -40,9 +46,8 @@ PRESETS: dict[str, dict] = _Presets({
     "MountainCarContinuous-v0": dict(
         num_envs=16, num_steps=64, total_timesteps=1_000_000, normalize_obs=True, gamma=0.999, ent_coef=0.001,
     ),
-    "Breakout-MinAtar": dict(
-        num_envs=64, num_steps=128, total_timesteps=2_000_000, lr=5e-4, hidden_sizes=(128,), activation="relu",
-    ),
+    # One preset for every MinAtar game (as gymnax-blines and PureJaxRL use one config for all of them).
+    **{f"{game}-MinAtar": MINATAR for game in ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")},
     # Craftax (envs.craftax_suite): symbolic observations of 1345 (Classic) / 8268 values in [0, 1]; a CPU budget.
     "Craftax-Classic-Symbolic-v1": dict(
         num_envs=64, num_steps=64, total_timesteps=1_000_000, update_epochs=2, num_minibatches=4, lr=3e-4,
