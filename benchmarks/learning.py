@@ -4,14 +4,21 @@ For each env, one ``python -m rlpar.train AGENT --env ENV --total-timesteps BUDG
 seeds vmapped in one program) runs in a fresh process; then ``rlpar.evaluate`` scores each seed's final policy
 greedily over ``--episodes`` episodes. Reported per env: the final greedy return (mean +- std over seeds, and each
 seed's), the reference beside it, compile and training seconds, and the time to the reference return including
-compilation (the first logged chunk whose return reaches it: the evaluation return where the run logs one, else the
-mean return of the training episodes; ``null`` if never).
+compilation, per seed (the first logged chunk whose return reaches it: the greedy evaluation's where the run
+evaluates, else the mean return of the training episodes; ``null`` if never).
+
+``--peer rejax`` compares on the same preset, seeds and budget in the same run: rlpar as preset, rlpar with
+``--no-anneal-lr`` (rejax keeps the learning rate constant), then rejax's PPO (``benchmarks/peers.py``) with a greedy
+64-episode evaluation ten times per run, as rlpar's default; both sides' final in-training evaluation is reported
+(``final_eval_returns``) and the time to the solved threshold (CartPole-v1 475, Acrobot-v1 -100). rejax clips
+gradients element-wise where rlpar clips their global norm, and has no value clipping: kept as they are.
 
 References (PPO, one seed, final evaluation) are gymnax-blines' (github.com/RobertTLange/gymnax-blines) and
 PureJaxRL's (github.com/luchris429/purejaxrl); the gymnax MinAtar settings apply (minimal action set, no sticky
 actions, 1000-step episode limit).
 
     python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --out benchmarks/results/learning.jsonl
+    python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --peer rejax
     python benchmarks/learning.py --envs Breakout-MinAtar --seeds 1     # 1e7 steps: about half an hour per seed here
 """
 
@@ -41,6 +48,9 @@ REFERENCES: dict[str, tuple[int, float, str]] = {
     "SpaceInvaders-MinAtar": (10_000_000, 131.6, "gymnax-blines PPO"),
 }
 
+# Returns that count as solved (Gym's thresholds), timed by --peer comparisons instead of the reference.
+SOLVED = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
+
 
 def train(agent: str, env: str, budget: int, seeds: int, run_dir: Path, extra: list[str]) -> dict:
     argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, "--total-timesteps", str(budget),
@@ -54,17 +64,85 @@ def train(agent: str, env: str, budget: int, seeds: int, run_dir: Path, extra: l
                                                if line.startswith("done:")), "")}
 
 
-def time_to_target(run_dir: Path, target: float, compile_s: float) -> tuple[float | None, int | None]:
-    """Seconds (compilation included) and env steps to the first chunk whose return reaches ``target``."""
+def _slot_values(record: dict, key: str, seeds: int) -> list:
+    """``key`` of each seed's slot in a metrics record (the record itself when there is one seed)."""
+    slots = record.get("slots") or [record] * seeds
+    return [slot.get(key) for slot in slots[:seeds]]
+
+
+def time_to_target(run_dir: Path, target: float, compile_s: float, seeds: int) -> tuple[list, list]:
+    """Per seed: seconds (compilation included) and env steps to the end of the first chunk whose return reaches
+    ``target``: the greedy evaluation's where the run evaluates, else the training episodes' mean; None if never."""
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     timing = [json.loads(line) for line in (run_dir / "timing.jsonl").read_text().splitlines()]
+    key = "eval/episode_return" if any("eval/episode_return" in r for r in metrics) else "episode_return"
+    seconds, steps = [None] * seeds, [None] * seeds
     elapsed = compile_s
     for record, times in zip(metrics, timing):
         elapsed += times["time_s"]
-        value = record.get("eval/episode_return", record.get("episode_return"))
-        if value is not None and value >= target:
-            return elapsed, record["env_steps"]
-    return None, None
+        for i, value in enumerate(_slot_values(record, key, seeds)):
+            if seconds[i] is None and value is not None and value >= target:
+                seconds[i], steps[i] = elapsed, record["env_steps"]
+    return seconds, steps
+
+
+def final_eval(run_dir: Path, seeds: int) -> list:
+    """Per seed, the return of the run's last greedy evaluation during training (``--eval-episodes`` episodes)."""
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    last = next((r for r in reversed(metrics) if "eval/episode_return" in r), None)
+    return _slot_values(last, "eval/episode_return", seeds) if last else [None] * seeds
+
+
+def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> dict:
+    from rlpar import evaluate
+
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(args.keep).resolve() / env if args.keep else Path(tmp) / "run"
+        trained = train(args.agent, env, budget, args.seeds, run_dir, extra)
+        timing = [json.loads(line) for line in (run_dir / "timing.jsonl").read_text().splitlines()]
+        compiled = re.search(r"\+ ([0-9.]+)s compile", trained["done_line"])
+        compile_s = float(compiled.group(1)) if compiled else float("nan")
+        returns = [float(evaluate.evaluate(run_dir, episodes=args.episodes, slot=s).returns.mean())
+                   for s in range(args.seeds)]
+        target_s, target_steps = time_to_target(run_dir, target, compile_s, args.seeds)
+        in_training = final_eval(run_dir, args.seeds)
+    return {"program": "rlpar", "agent": args.agent, "greedy_return_mean": statistics.mean(returns),
+            "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns,
+            "final_eval_returns": in_training, "train_s": sum(t["time_s"] for t in timing), "compile_s": compile_s,
+            "wall_s": trained["wall_s"], "time_to_target_s": target_s, "steps_to_target": target_steps,
+            "extra": extra}
+
+
+def rejax_row(args, env: str, budget: int, target: float) -> dict | None:
+    """rejax's PPO on the env's rlpar preset (rejax keeps the learning rate constant and clips gradients
+    element-wise; rlpar's preset flags that have no rejax equivalent are reported, not matched)."""
+    import dataclasses
+
+    import peers
+    from agents.ppo import PPOConfig
+
+    c = PPOConfig.for_env(env)
+    batch = c.num_envs * c.num_steps
+    evals = max(1, min(10, budget // batch))
+    argv = ["--algo", "ppo", "--env", env, "--total-timesteps", str(budget), "--num-envs", str(c.num_envs),
+            "--num-steps", str(c.num_steps), "--update-epochs", str(c.update_epochs), "--num-minibatches",
+            str(c.num_minibatches), "--lr", str(c.lr), "--gamma", str(c.gamma), "--gae-lambda", str(c.gae_lambda),
+            "--clip-eps", str(c.clip_eps), "--ent-coef", str(c.ent_coef), "--vf-coef", str(c.vf_coef),
+            "--max-grad-norm", str(c.max_grad_norm), "--activation", c.activation,
+            "--hidden-sizes", ",".join(map(str, c.hidden_sizes)), "--seeds", str(args.seeds),
+            "--eval-freq", str(-(-budget // batch // evals) * batch), "--eval-episodes", "64", "--target", str(target)]
+    start = time.perf_counter()
+    record = peers.run_peer("rejax", argv, timeout_s=3600)
+    if record is None:
+        return None
+    differs = {k: v for k, v in dataclasses.asdict(c).items() if k in ("anneal_lr", "clip_value", "normalize_obs")}
+    returns = record["final_greedy_returns"]
+    return {"program": "rejax", "agent": "ppo", "greedy_return_mean": statistics.mean(returns),
+            "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns,
+            "final_eval_returns": returns, "train_s": record["train_s"], "compile_s": record["compile_s"],
+            "wall_s": time.perf_counter() - start, "time_to_target_s": record["time_to_target_s"],
+            "rlpar_preset_fields_not_matched": differs, "peer_version": record["peer_version"],
+            "peer_command": "python benchmarks/peers.py rejax " + " ".join(argv)}
 
 
 def main() -> int:
@@ -77,33 +155,36 @@ def main() -> int:
     parser.add_argument("--budget-scale", type=float, default=1.0, help="fraction of the published budget to run")
     parser.add_argument("--out", default=None, help="append JSON lines here")
     parser.add_argument("--keep", default=None, help="keep each run directory as KEEP/ENV (default: a temporary one)")
+    parser.add_argument("--peer", choices=["rejax"], default=None,
+                        help="also train rejax's PPO on the same preset and seeds, and rlpar with --no-anneal-lr "
+                             "(rejax's learning rate is constant), one after another in this run")
+    parser.add_argument("--target", type=float, default=None,
+                        help="return whose first reach is timed (default: the env's solved threshold, else the "
+                             "reference)")
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
-
-    from rlpar import evaluate
 
     for env in args.envs:
         budget, reference, source = REFERENCES[env]
         budget = int(budget * args.budget_scale)
-        with tempfile.TemporaryDirectory() as tmp:
-            run_dir = Path(args.keep).resolve() / env if args.keep else Path(tmp) / "run"
-            trained = train(args.agent, env, budget, args.seeds, run_dir, args.extra)
-            timing = [json.loads(line) for line in (run_dir / "timing.jsonl").read_text().splitlines()]
-            compiled = re.search(r"\+ ([0-9.]+)s compile", trained["done_line"])
-            compile_s = float(compiled.group(1)) if compiled else float("nan")
-            returns = [float(evaluate.evaluate(run_dir, episodes=args.episodes, slot=s).returns.mean())
-                       for s in range(args.seeds)]
-            target_s, target_steps = time_to_target(run_dir, reference, compile_s)
-        row = {"benchmark": "learning", "agent": args.agent, "env": env, "budget": budget, "seeds": args.seeds,
-               "episodes": args.episodes, "greedy_return_mean": statistics.mean(returns),
-               "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns, "reference": reference,
-               "reference_source": source, "train_s": sum(t["time_s"] for t in timing), "compile_s": compile_s,
-               "wall_s": trained["wall_s"], "time_to_reference_s": target_s, "steps_to_reference": target_steps,
-               "extra": args.extra, **common.host_fields(), "command": common.command_line()}
-        common.emit(row, args.out)
-        print(f"{env}: greedy {row['greedy_return_mean']:.1f} +- {row['greedy_return_std']:.1f} over {args.seeds} "
-              f"seeds at {budget:,} steps (reference {reference} {source}); train {row['train_s']:.0f}s + compile "
-              f"{compile_s:.0f}s; to reference: {'never' if target_s is None else f'{target_s:.0f}s'}", flush=True)
+        target = args.target if args.target is not None else SOLVED.get(env, reference)
+        variants = [args.extra]
+        if args.peer and "--no-anneal-lr" not in args.extra:
+            variants.append([*args.extra, "--no-anneal-lr"])
+        rows = [rlpar_row(args, env, budget, target, extra) for extra in variants]
+        if args.peer == "rejax":
+            rows.append(rejax_row(args, env, budget, target))
+        for row in filter(None, rows):
+            row = {"benchmark": "learning", "env": env, "budget": budget, "seeds": args.seeds,
+                   "episodes": args.episodes, "reference": reference, "reference_source": source, "target": target,
+                   **row, **common.host_fields(), "command": common.command_line()}
+            common.emit(row, args.out)
+            hit = [t for t in row["time_to_target_s"] if t is not None]
+            print(f"{env} {row['program']} {' '.join(row.get('extra', []))}: greedy {row['greedy_return_mean']:.1f} "
+                  f"+- {row['greedy_return_std']:.1f} over {args.seeds} seeds at {budget:,} steps (reference "
+                  f"{reference}, {source}); train {row['train_s']:.0f}s + compile {row['compile_s']:.0f}s; to "
+                  f"{target}: {len(hit)}/{args.seeds} seeds, median "
+                  f"{'n/a' if not hit else f'{statistics.median(hit):.0f}s'}", flush=True)
     return 0
 
 

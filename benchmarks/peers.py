@@ -134,6 +134,48 @@ def _rejax_main(args) -> dict:
     }
 
 
+def _rejax_learning(args) -> dict:
+    """Train rejax's PPO on ``--seeds`` seeds (vmapped, one program) with a greedy evaluation of
+    ``--eval-episodes`` episodes every ``--eval-freq`` env steps; per seed the evaluation curve, the final greedy
+    return and the time to ``--target`` (compilation included; training time prorated by steps, as one compiled
+    program has no per-chunk clock)."""
+    import jax
+    import jax.numpy as jnp
+    import rejax
+    from rejax.evaluate import evaluate
+
+    name, config = _rejax_config(args)
+    if name != "PPO":
+        raise SystemExit("--seeds/--eval-freq: rejax PPO only")
+    algo = getattr(rejax, name).create(**dict(config, eval_freq=args.eval_freq))
+    env, env_params = algo.env, algo.env_params
+
+    def greedy(algo, ts, rng):  # rejax's own callback samples actions; this one takes the distribution's mode
+        def act(obs, rng):
+            dist = algo.actor.apply(ts.actor_ts.params, obs[None], method="_action_dist")
+            return jnp.squeeze(dist.mode())
+
+        return evaluate(act, rng, env, env_params, args.eval_episodes, env_params.max_steps_in_episode)
+
+    train = jax.jit(jax.vmap(algo.replace(eval_callback=greedy).train))
+    keys = jax.random.split(jax.random.PRNGKey(args.seed), args.seeds)
+    start = time.perf_counter()
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    _, (lengths, returns) = jax.block_until_ready(compiled(keys))
+    train_s = time.perf_counter() - start
+    curve = returns.mean(axis=-1).tolist()  # [seeds][evaluations]
+    evals = len(curve[0])
+    to_target = [next((compile_s + train_s * (i + 1) / evals for i, r in enumerate(seed) if r >= args.target), None)
+                 for seed in curve]
+    return {"peer": "rejax", "algo": args.algo, "peer_version": _version("rejax"), "jax_version": jax.__version__,
+            "seeds": args.seeds, "eval_episodes": args.eval_episodes, "eval_freq": args.eval_freq,
+            "compile_s": compile_s, "train_s": train_s, "greedy_curve": curve,
+            "final_greedy_returns": [seed[-1] for seed in curve], "target": args.target,
+            "time_to_target_s": to_target}
+
+
 def _sb3_main(args) -> dict:
     """Train Stable-Baselines3 PPO (PyTorch, CPU) on gymnasium CartPole-v1 with the same hyperparameters."""
     import gymnasium
@@ -230,6 +272,10 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="dqn, sac: transitions per gradient step")
     parser.add_argument("--target-update-freq", type=int, default=1, help="dqn, sac: env steps between target updates")
     parser.add_argument("--polyak", type=float, default=0.0, help="dqn, sac: target <- polyak * target + (1-polyak) * online")
+    parser.add_argument("--seeds", type=int, default=0, help="rejax ppo: learning mode, this many seeds vmapped")
+    parser.add_argument("--eval-freq", type=int, default=0, help="learning mode: env steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=64, help="learning mode: greedy episodes per evaluation")
+    parser.add_argument("--target", type=float, default=float("inf"), help="learning mode: return to time")
     parser.add_argument("--repeats", type=int, default=3, help="timed training runs; median and min/max reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (sb3 only)")
 
@@ -261,7 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser()
         add_config_flags(parser)
         args = parser.parse_args(argv[2:])
-        record = {"rejax": _rejax_main, "sb3": _sb3_main}[peer](args)
+        main_fn = {"rejax": _rejax_learning if args.seeds else _rejax_main, "sb3": _sb3_main}[peer]
+        record = main_fn(args)
         record.update(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
                       total_timesteps=args.total_timesteps)
         print(json.dumps(record), flush=True)
