@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from agents import checks
 from rlpar.agent import AgentConfig, config_field
 from rlpar.rollout import Experience
 
@@ -45,10 +46,7 @@ class ReplayConfig(AgentConfig):
 
     def validate(self, num_devices: int = 1):
         super().validate(num_devices)
-        for name in ("buffer_size", "minibatch_size", "gradient_steps", "target_update_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}={value!r}: must be a positive integer")
+        checks.positive_ints(self, "buffer_size", "minibatch_size", "gradient_steps", "target_update_every")
         for name in ("buffer_size", "minibatch_size"):
             if getattr(self, name) % num_devices:
                 raise ValueError(f"{name}={getattr(self, name)} is not divisible by the device count {num_devices}: "

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents import checks
 from agents.networks import ACTIVATIONS
 from agents.replay import ReplayConfig
-from rlpar.agent import config_field
+from rlpar.agent import AgentConfig, config_field
 
 
 @dataclass(frozen=True)
@@ -15,21 +16,15 @@ class DQNConfig(ReplayConfig):
     ``num_envs``, ``num_steps``, ``total_timesteps`` come from ``rlpar.agent.AgentConfig``; the replay and target
     network fields from ``agents.replay.ReplayConfig``. The defaults solve CartPole-v1 (README, "DQN")."""
 
-    num_envs: int = config_field(8, "parallel environments in total, split evenly over the devices")
+    num_envs: int = checks.redeclare(AgentConfig, "num_envs", 8)
     num_steps: int = config_field(32, "environment steps per environment per update (collect length T)")
-    total_timesteps: int = config_field(102_400, "environment steps to train for, over all environments")
-    buffer_size: int = config_field(100_000, "replay capacity in transitions, over all devices (each keeps "
-                                            "buffer_size / devices of its own environments'; the oldest go first)")
-    minibatch_size: int = config_field(64, "transitions per gradient step, over all devices (each samples "
-                                            "minibatch_size / devices from its own buffer)")
-    learning_starts: int = config_field(1_000, "environment steps, over all devices, collected before the first "
-                                               "gradient step (the warm-up fill)")
-    gradient_steps: int = config_field(128, "gradient steps per update (per collect of num_envs x num_steps "
-                                           "environment steps), each on a freshly sampled minibatch")
-    tau: float = config_field(1.0, "target network update: target <- tau * online + (1 - tau) * target every "
-                                   "target_update_every gradient steps (1: a periodic copy; < 1: Polyak averaging)",
-                              sweepable=True)
-    target_update_every: int = config_field(128, "gradient steps between target network updates")
+    total_timesteps: int = checks.redeclare(AgentConfig, "total_timesteps", 102_400)
+    buffer_size: int = checks.redeclare(ReplayConfig, "buffer_size", 100_000)
+    minibatch_size: int = checks.redeclare(ReplayConfig, "minibatch_size", 64)
+    learning_starts: int = checks.redeclare(ReplayConfig, "learning_starts", 1_000)
+    gradient_steps: int = checks.redeclare(ReplayConfig, "gradient_steps", 128)
+    tau: float = checks.redeclare(ReplayConfig, "tau", 1.0)
+    target_update_every: int = checks.redeclare(ReplayConfig, "target_update_every", 128)
     lr: float = config_field(2.3e-3, "Adam learning rate (initial value when annealed)", sweepable=True)
     anneal_lr: bool = config_field(True, "decay the learning rate linearly to 0 over the run's gradient steps")
     max_grad_norm: float = config_field(10.0, "global gradient-norm clip (after averaging over devices)",
@@ -53,16 +48,7 @@ class DQNConfig(ReplayConfig):
     def validate(self, num_devices: int = 1) -> "DQNConfig":
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
         super().validate(num_devices)
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr!r}: must be > 0")
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0")
-        for name in ("gamma", "epsilon_start", "epsilon_end", "exploration_fraction"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r}: must be in [0, 1]")
-        if not self.hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes={self.hidden_sizes!r}: must be one or more positive integers, e.g. 64,64")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}: must be one of {', '.join(ACTIVATIONS)}")
+        checks.positive(self, "lr", "max_grad_norm")
+        checks.unit_interval(self, "gamma", "epsilon_start", "epsilon_end", "exploration_fraction")
+        checks.network(self)
         return self

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents import checks
 from agents.networks import ACTIVATIONS
 from rlpar.agent import AgentConfig, config_field
 
@@ -48,29 +49,9 @@ class PPOConfig(AgentConfig):
     def validate(self, num_devices: int = 1) -> "PPOConfig":
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
         super().validate(num_devices)
-        for name in ("update_epochs", "num_minibatches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}={value!r}: must be a positive integer")
-        local_batch = (self.num_envs // num_devices) * self.num_steps
-        if local_batch % self.num_minibatches:
-            raise ValueError(
-                f"num_minibatches={self.num_minibatches} does not divide the per-device batch "
-                f"(num_envs / devices * num_steps = {self.num_envs // num_devices} * {self.num_steps} = {local_batch}): "
-                "use a divisor of it"
-            )
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr!r}: must be > 0")
-        for name in ("gamma", "gae_lambda"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r}: must be in [0, 1]")
-        for name in ("clip_eps", "ent_coef", "vf_coef", "max_grad_norm"):
-            value = getattr(self, name)
-            if not value >= 0:
-                raise ValueError(f"{name}={value!r}: must be >= 0")
-        if not self.hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes={self.hidden_sizes!r}: must be one or more positive integers, e.g. 64,64")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}: must be one of {', '.join(ACTIVATIONS)}")
+        checks.minibatches(self, num_devices)
+        checks.positive(self, "lr")
+        checks.unit_interval(self, "gamma", "gae_lambda")
+        checks.non_negative(self, "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
+        checks.network(self)
         return self

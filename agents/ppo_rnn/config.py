@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents import checks
 from agents.ppo.config import PPOConfig
 from rlpar.agent import config_field
 
@@ -23,8 +24,7 @@ class RecurrentPPOConfig(PPOConfig):
 
     def validate(self, num_devices: int = 1) -> "RecurrentPPOConfig":
         super().validate(num_devices)
-        if not isinstance(self.gru_size, int) or self.gru_size <= 0:
-            raise ValueError(f"gru_size={self.gru_size!r}: must be a positive integer")
+        checks.positive_ints(self, "gru_size")
         local_envs = self.num_envs // num_devices
         if local_envs % self.num_minibatches:
             raise ValueError(

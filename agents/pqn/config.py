@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agents import checks
 from agents.networks import ACTIVATIONS
 from rlpar.agent import AgentConfig, config_field
 
@@ -14,10 +15,10 @@ class PQNConfig(AgentConfig):
     ``seed``, ``num_envs``, ``num_steps`` and ``total_timesteps`` come from ``rlpar.agent.AgentConfig``; the
     defaults here solve CartPole-v1 (see ``agents/pqn/presets.py`` for other envs)."""
 
-    num_envs: int = config_field(32, "parallel environments in total, split evenly over the devices")
-    num_steps: int = config_field(32, "environment steps per environment per update (rollout length T)")
+    num_envs: int = checks.redeclare(AgentConfig, "num_envs", 32)
+    num_steps: int = checks.redeclare(AgentConfig, "num_steps", 32)
     # 640 updates of 32 x 32 steps: a multiple of the CLI's --log-every 10, so one program is compiled
-    total_timesteps: int = config_field(655_360, "environment steps to train for, over all environments")
+    total_timesteps: int = checks.redeclare(AgentConfig, "total_timesteps", 655_360)
     lr: float = config_field(1e-3, "Adam learning rate (initial value when annealed)", sweepable=True)
     anneal_lr: bool = config_field(True, "decay the learning rate linearly to 0 over training")
     max_grad_norm: float = config_field(10.0, "global gradient-norm clip (after averaging over devices)",
@@ -54,27 +55,8 @@ class PQNConfig(AgentConfig):
     def validate(self, num_devices: int = 1) -> "PQNConfig":
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
         super().validate(num_devices)
-        for name in ("update_epochs", "num_minibatches"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"{name}={value!r}: must be a positive integer")
-        local_batch = (self.num_envs // num_devices) * self.num_steps
-        if local_batch % self.num_minibatches:
-            raise ValueError(
-                f"num_minibatches={self.num_minibatches} does not divide the per-device batch "
-                f"(num_envs / devices * num_steps = {self.num_envs // num_devices} * {self.num_steps} = "
-                f"{local_batch}): use a divisor of it"
-            )
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr!r}: must be > 0")
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm={self.max_grad_norm!r}: must be > 0")
-        for name in ("gamma", "q_lambda", "epsilon_start", "epsilon_finish", "epsilon_decay"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"{name}={value!r}: must be in [0, 1]")
-        if not self.hidden_sizes or any((not isinstance(h, int)) or h <= 0 for h in self.hidden_sizes):
-            raise ValueError(f"hidden_sizes={self.hidden_sizes!r}: must be one or more positive integers, e.g. 128,128")
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation={self.activation!r}: must be one of {', '.join(ACTIVATIONS)}")
+        checks.minibatches(self, num_devices)
+        checks.positive(self, "lr", "max_grad_norm")
+        checks.unit_interval(self, "gamma", "q_lambda", "epsilon_start", "epsilon_finish", "epsilon_decay")
+        checks.network(self)
         return self
