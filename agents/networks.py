@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # distrax pulls in tensorflow-probability (~0.5 s): imported 
     import distrax
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
+TORSOS = ("auto", "mlp")  # image observations: convolution then MLP, or the MLP on the flattened image
 
 
 class MLP(nn.Module):
@@ -64,10 +65,12 @@ class Head(nn.Module):
     activation: str
     head_scale: float
     image: bool
+    obs_ndim: int = 1  # dimensions of one observation; more than one (an image the MLP reads) are flattened
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         x = ConvTorso()(obs) if self.image else obs.astype(jnp.float32)
+        x = x.reshape(*x.shape[: x.ndim - self.obs_ndim], -1) if self.obs_ndim > 1 else x  # flatten an image
         return MLP(self.hidden_sizes, self.out_size, self.activation, self.head_scale)(x)
 
 
@@ -83,10 +86,12 @@ class ActorCritic(nn.Module):
     image: bool = False
     hidden_sizes: Sequence[int] = (64, 64)
     activation: str = "tanh"
+    obs_ndim: int = 1  # dimensions of one observation (3 for an image the MLP reads flattened)
 
     def setup(self):
-        self.actor = Head(self.hidden_sizes, self.action_dim, self.activation, 0.01, self.image)
-        self.critic = Head(self.hidden_sizes, 1, self.activation, 1.0, self.image)
+        flat = 1 if self.image else self.obs_ndim  # the convolution torso flattens its own output
+        self.actor = Head(self.hidden_sizes, self.action_dim, self.activation, 0.01, self.image, flat)
+        self.critic = Head(self.hidden_sizes, 1, self.activation, 1.0, self.image, flat)
         if self.continuous:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
 
@@ -114,9 +119,12 @@ def policy(logits: jax.Array) -> distrax.Categorical:
     return distrax.Categorical(logits=logits.astype(jnp.float32))
 
 
-def make_network(observation_space, action_space, hidden_sizes: Sequence[int], activation: str) -> ActorCritic:
-    """The actor-critic that fits these spaces (see module docstring)."""
+def make_network(observation_space, action_space, hidden_sizes: Sequence[int], activation: str,
+                 torso: str = "auto") -> ActorCritic:
+    """The actor-critic that fits these spaces (see module docstring); ``torso="mlp"`` flattens images instead of
+    convolving them."""
     continuous = not hasattr(action_space, "n")  # gymnax Discrete has n; Box has low, high, shape
     action_dim = int(np.prod(action_space.shape)) if continuous else int(action_space.n)
-    image = len(observation_space.shape) == 3
-    return ActorCritic(action_dim, continuous, image, tuple(hidden_sizes), activation)
+    image = len(observation_space.shape) == 3 and torso == "auto"
+    return ActorCritic(action_dim, continuous, image, tuple(hidden_sizes), activation,
+                       obs_ndim=len(observation_space.shape))

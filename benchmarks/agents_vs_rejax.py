@@ -31,7 +31,8 @@ from pathlib import Path
 import common
 import peers
 
-# agent -> (env, total steps, rlpar flags on top of the agent's defaults, rejax flags giving the same config)
+# case -> (env, total steps, rlpar flags on top of the agent's defaults, rejax flags giving the same config); the case's
+# name up to a "-" is the agent.
 CONFIGS: dict[str, tuple[str, int, list[str], list[str]]] = {
     # rlpar PQN defaults: 32 envs x 32 steps, 4 epochs x 4 minibatches, lr 1e-3, Q(0.9), epsilon 1 -> 0.05 over the
     # first 20% of training, LayerNorm MLP (rejax: 64x64 fixed).
@@ -52,15 +53,25 @@ CONFIGS: dict[str, tuple[str, int, list[str], list[str]]] = {
             ["--algo", "sac", "--num-envs", "8", "--update-epochs", "8", "--batch-size", "128", "--buffer-size",
              "100000", "--fill-buffer", "1024", "--lr", "1e-3", "--polyak", "0.995", "--target-update-freq", "1",
              "--activation", "relu", "--hidden-sizes", "64,64"]),
+    # PPO on a MinAtar game with rlpar's Breakout preset (64 envs x 128 steps, 4 epochs x 8 minibatches, lr 5e-4
+    # constant, gamma 0.999, relu, 128 units), both reading the flattened image with the MLP (rejax has no
+    # convolution); rlpar's preset convolution is timed beside it ("ppo-minatar-cnn", no rejax run).
+    "ppo-minatar": ("Breakout-MinAtar", 491_520, ["--torso", "mlp"],
+                    ["--algo", "ppo", "--num-envs", "64", "--num-steps", "128", "--update-epochs", "4",
+                     "--num-minibatches", "8", "--lr", "5e-4", "--gamma", "0.999", "--activation", "relu",
+                     "--hidden-sizes", "128"]),
+    "ppo-minatar-cnn": ("Breakout-MinAtar", 491_520, [], []),
 }
-for _agent, (_env, _steps, _, _rejax) in CONFIGS.items():  # the shared fields once
-    _rejax[:0] = ["--algo", _agent] if "--algo" not in _rejax else []
-    _rejax += ["--env", _env, "--total-timesteps", str(_steps)]
+for _case, (_env, _steps, _, _rejax) in CONFIGS.items():  # the shared fields once
+    if _rejax:
+        _rejax[:0] = ["--algo", _case] if "--algo" not in _rejax else []
+        _rejax += ["--env", _env, "--total-timesteps", str(_steps)]
 
 
-def run_rlpar(agent: str, devices: int) -> dict:
+def run_rlpar(case: str, devices: int) -> dict:
     """One ``python -m rlpar.train`` run in a fresh process; its train SPS and compile seconds."""
-    env, steps, flags, _ = CONFIGS[agent]
+    env, steps, flags, _ = CONFIGS[case]
+    agent = case.partition("-")[0]
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, "--total-timesteps", str(steps), *flags,
                 "--devices", str(devices), "--eval-every", "0", "--no-compile-cache", "--run-dir", f"{tmp}/run"]
@@ -77,8 +88,10 @@ def run_rlpar(agent: str, devices: int) -> dict:
             "command": " ".join(["python", *argv[1:-2]])}
 
 
-def run_rejax(agent: str) -> dict | None:
-    argv = CONFIGS[agent][3] + ["--repeats", "1"]
+def run_rejax(case: str) -> dict | None:
+    if not CONFIGS[case][3]:
+        return None
+    argv = CONFIGS[case][3] + ["--repeats", "1"]
     record = peers.run_peer("rejax", argv, timeout_s=1800)
     if record is None:
         return None
@@ -113,7 +126,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--agents", default=",".join(CONFIGS), help="comma list of " + ", ".join(CONFIGS))
+    parser.add_argument("--agents", default="pqn,dqn,sac", help="comma list of cases: " + ", ".join(CONFIGS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--devices", default="1,2", help="rlpar device counts per round")
     parser.add_argument("--out", default=None, help="append JSON lines here")

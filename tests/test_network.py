@@ -45,3 +45,26 @@ def test_dense_matches_flax_dense_in_value_gradient_and_parameters():
     ours_grad = jax.grad(loss(ours), argnums=(0, 1))(params, x)
     theirs_grad = jax.grad(loss(theirs), argnums=(0, 1))(params, x)
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), ours_grad, theirs_grad)
+
+
+def test_mlp_torso_reads_a_flattened_image_and_auto_convolves():
+    import envs
+    from agents.networks import make_network
+
+    env, params = envs.make("Breakout-MinAtar")
+    obs = np.random.default_rng(0).random((5, 10, 10, 4)).astype(np.float32)
+    for torso, first_kernel in (("auto", (3, 3, 4, 16)), ("mlp", (400, 32))):
+        net = make_network(env.observation_space(params), env.action_space(params), (32,), "relu", torso)
+        variables = net.init(jax.random.PRNGKey(0), obs)
+        kernels = [x.shape for path, x in jax.tree_util.tree_leaves_with_path(variables["params"]["actor"])
+                   if path[-1].key == "kernel"]
+        assert kernels[0] == first_kernel
+        logits, value = net.apply(variables, obs)
+        assert logits.shape == (5, 3) and value.shape == (5,)
+    # the flattened MLP equals a plain dense layer on obs.reshape(5, 400)
+    net = make_network(env.observation_space(params), env.action_space(params), (32,), "relu", "mlp")
+    variables = net.init(jax.random.PRNGKey(1), obs)
+    critic = variables["params"]["critic"]["MLP_0"]
+    hidden = np.maximum(obs.reshape(5, 400) @ critic["Dense_0"]["kernel"] + critic["Dense_0"]["bias"], 0)
+    expected = hidden @ critic["Dense_1"]["kernel"] + critic["Dense_1"]["bias"]
+    np.testing.assert_allclose(net.apply(variables, obs, method="value"), expected[:, 0], rtol=1e-5, atol=1e-5)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agents import checks
-from agents.networks import ACTIVATIONS
+from agents.networks import ACTIVATIONS, TORSOS
 from rlpar.agent import AgentConfig, config_field
 
 
@@ -33,6 +33,8 @@ class PPOConfig(AgentConfig):
                                               "devices")
     hidden_sizes: tuple[int, ...] = config_field((64, 64), "hidden layer widths of the actor and critic MLPs")
     activation: str = config_field("tanh", "hidden activation: " + ", ".join(ACTIVATIONS))
+    torso: str = config_field("auto", "what reads image observations [H, W, C]: auto (a 3x3 convolution, then the "
+                                      "MLP) or mlp (the MLP on the flattened image, as gymnax-blines and rejax)")
 
     # ---- derived values (batch_size and num_updates: AgentConfig) ----
     @property
@@ -54,4 +56,6 @@ class PPOConfig(AgentConfig):
         checks.unit_interval(self, "gamma", "gae_lambda")
         checks.non_negative(self, "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")
         checks.network(self)
+        if self.torso not in TORSOS:
+            raise ValueError(f"torso={self.torso!r}: must be one of {', '.join(TORSOS)}")
         return self

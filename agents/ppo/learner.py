@@ -71,7 +71,8 @@ def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str |
     """Build the per-device PPO functions for ``num_envs`` environments on this device."""
     obs_shape = env.observation_space(env_params).shape
     network = make_network(
-        env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation
+        env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation,
+        config.torso,
     )
     tx = make_optimizer(config.lr, config.max_grad_norm, config.num_gradient_steps if config.anneal_lr else None)
 
