@@ -19,6 +19,7 @@ this backend does on this host: the practical peak).
     python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
     python benchmarks/profile_update.py --num-envs 1024
     python benchmarks/profile_update.py --env Breakout-MinAtar --preset   # the env's preset (64 envs x 128 steps)
+    python benchmarks/profile_update.py --env Breakout-MinAtar --preset --torso auto --hidden-sizes 128  # convolution
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def main(argv=None) -> int:
     parser.add_argument("--preset", action="store_true", help="start from the env's PPO preset (PPOConfig.for_env)")
     parser.add_argument("--num-envs", type=int, default=None, help="default: 8, or the preset's")
     parser.add_argument("--num-steps", type=int, default=None, help="default: 128, or the preset's")
+    parser.add_argument("--torso", default=None, help="auto (convolution for images) or mlp; default: the preset's")
+    parser.add_argument("--hidden-sizes", default=None, help="e.g. 128 or 256,256; default: the preset's")
     parser.add_argument("--updates", type=int, default=10, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
@@ -61,8 +64,9 @@ def main(argv=None) -> int:
     from rlpar.program import make_program
 
     config = PPOConfig.for_env(args.env) if args.preset else PPOConfig()
-    config = config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps))
-                               if v is not None})
+    hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
+    config = config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
+                                                 ("torso", args.torso), ("hidden_sizes", hidden)) if v is not None})
     env, env_params = envs.make(args.env)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
     program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
@@ -112,7 +116,7 @@ def main(argv=None) -> int:
     a = jax.random.normal(jax.random.PRNGKey(4), (size, size))
     t_matmul = median_seconds(jax.jit(lambda x: x @ x), a, repeats=args.repeats)
     peak = 2 * size**3 / t_matmul / 1e9
-    print(f"{args.env}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
+    print(f"{args.env}, torso {config.torso}, hidden {config.hidden_sizes}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
           f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
     print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")
     for name, t in (("collect", t_collect), (f"{steps} grad steps", t_grads), ("rest", rest)):
