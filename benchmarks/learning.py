@@ -52,8 +52,10 @@ REFERENCES: dict[str, tuple[int, float, str]] = {
 SOLVED = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0}
 
 
-def train(agent: str, env: str, budget: int, seeds: int, run_dir: Path, extra: list[str]) -> dict:
-    argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, "--total-timesteps", str(budget),
+def train(agent: str, env: str, budget: int | None, seeds: int, run_dir: Path, extra: list[str]) -> dict:
+    """``python -m rlpar.train`` in a fresh process; ``budget`` None: the preset's own ``total_timesteps``."""
+    steps = [] if budget is None else ["--total-timesteps", str(budget)]
+    argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, *steps,
             "--num-seeds", str(seeds), "--run-dir", str(run_dir), *extra]
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True)
@@ -106,7 +108,8 @@ def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> d
                    for s in range(args.seeds)]
         target_s, target_steps = time_to_target(run_dir, target, compile_s, args.seeds)
         in_training = final_eval(run_dir, args.seeds)
-    return {"program": "rlpar", "agent": args.agent, "greedy_return_mean": statistics.mean(returns),
+        steps_run = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+    return {"program": "rlpar", "budget": steps_run, "agent": args.agent, "greedy_return_mean": statistics.mean(returns),
             "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns,
             "final_eval_returns": in_training, "train_s": sum(t["time_s"] for t in timing), "compile_s": compile_s,
             "wall_s": trained["wall_s"], "time_to_target_s": target_s, "steps_to_target": target_steps,
@@ -149,10 +152,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", default="ppo")
     parser.add_argument("--envs", nargs="+", default=["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1"],
-                        choices=sorted(REFERENCES))
+                        choices=sorted(REFERENCES))  # PPO's references; other agents are compared with them too
     parser.add_argument("--seeds", type=int, default=3, help="seeds per env, vmapped in one run")
     parser.add_argument("--episodes", type=int, default=20, help="greedy evaluation episodes per seed")
     parser.add_argument("--budget-scale", type=float, default=1.0, help="fraction of the published budget to run")
+    parser.add_argument("--preset-budget", action="store_true",
+                        help="train for the agent's preset budget (its total_timesteps) instead of the published one")
     parser.add_argument("--out", default=None, help="append JSON lines here")
     parser.add_argument("--keep", default=None, help="keep each run directory as KEEP/ENV (default: a temporary one)")
     parser.add_argument("--peer", choices=["rejax"], default=None,
@@ -166,7 +171,7 @@ def main() -> int:
 
     for env in args.envs:
         budget, reference, source = REFERENCES[env]
-        budget = int(budget * args.budget_scale)
+        budget = None if args.preset_budget else int(budget * args.budget_scale)
         target = args.target if args.target is not None else SOLVED.get(env, reference)
         variants = [args.extra]
         if args.peer and "--no-anneal-lr" not in args.extra:
@@ -181,7 +186,7 @@ def main() -> int:
             common.emit(row, args.out)
             hit = [t for t in row["time_to_target_s"] if t is not None]
             print(f"{env} {row['program']} {' '.join(row.get('extra', []))}: greedy {row['greedy_return_mean']:.1f} "
-                  f"+- {row['greedy_return_std']:.1f} over {args.seeds} seeds at {budget:,} steps (reference "
+                  f"+- {row['greedy_return_std']:.1f} over {args.seeds} seeds at {row['budget']:,} steps (reference "
                   f"{reference}, {source}); train {row['train_s']:.0f}s + compile {row['compile_s']:.0f}s; to "
                   f"{target}: {len(hit)}/{args.seeds} seeds, median "
                   f"{'n/a' if not hit else f'{statistics.median(hit):.0f}s'}", flush=True)
