@@ -41,3 +41,13 @@ def test_redeclare_refuses_a_field_without_help():
 
     with pytest.raises(TypeError, match="Plain.x is not a config_field"):
         checks.redeclare(Plain, "x", 2)
+
+
+def test_every_ppo_preset_is_a_valid_config():
+    from agents.ppo import PPOConfig
+    from agents.ppo.presets import PRESETS
+
+    for env_id in PRESETS:
+        PPOConfig.for_env(env_id).validate(1)
+    assert PPOConfig.for_env("Breakout-MinAtar").torso == "mlp"
+    assert PPOConfig.for_env("SpaceInvaders-MinAtar").torso == "auto"
