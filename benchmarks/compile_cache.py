@@ -42,11 +42,15 @@ def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
 
 
 def run_rejax() -> dict | None:
-    """rejax's whole training command on the same config (PPOConfig's CartPole preset: peers.py's defaults)."""
+    """rejax's whole training command on the same config: the CartPole preset's steps (peers.py's other defaults are
+    PPOConfig's; rejax's learning rate is constant, as the preset's)."""
     if not peers.installed("rejax"):
         return None
+    from agents.ppo import PPOConfig
+
+    steps = PPOConfig.for_env("CartPole-v1").total_timesteps
     start = time.perf_counter()
-    record = peers.run_peer("rejax", ["--repeats", "1"])
+    record = peers.run_peer("rejax", ["--repeats", "1", "--total-timesteps", str(steps)])
     wall = time.perf_counter() - start
     return None if record is None else {"compile_s": record["compile_s"], "wall_s": wall}
 
