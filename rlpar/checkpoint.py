@@ -178,6 +178,19 @@ class Checkpoints:
                 shutil.rmtree(self.path(old))
         return path
 
+    def read_meta(self, step: int) -> dict:
+        """The run's metadata stored with checkpoint ``step`` (what ``Restored.meta`` holds), without reading any
+        array: enough to check that a resumed run keeps its settings before restoring a state of another shape."""
+        path = self.path(step)
+        if not (path / COMMIT_MARKER).is_file():
+            raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMIT_MARKER})")
+        ocp, checkpointer = _checkpointer()
+        try:
+            with _quiet_orbax():
+                return checkpointer.restore(path, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta["run"]
+        except Exception as err:  # orbax/tensorstore raise many types for missing or damaged files
+            raise restore_failure(err, path, earlier=[s for s in self.committed_steps() if s < step]) from err
+
     def restore(self, step: int, template: Any = None) -> Restored:
         """Read checkpoint ``step`` into host numpy arrays; ``CheckpointError`` if unreadable.
 

@@ -533,10 +533,8 @@ def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: An
     import json
 
     step = checkpoints.latest()
-    template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract_state)
-    restored = checkpoints.restore(step, template)
     current = json.loads(json.dumps(meta, default=rundir.json_default))
-    saved = restored.meta
+    saved = checkpoints.read_meta(step)  # settings first: another setting may change the state's shape
     pairs = [(name, saved.get(name), current[name]) for name in ("agent", "num_devices")]
     pairs += [(name, saved.get("config", {}).get(name), value) for name, value in current["config"].items()]
     saved_run = {**rundir.RUN_FIELDS_ADDED, **saved.get("run", {})}
@@ -548,7 +546,8 @@ def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: An
                 "a resumed run must keep the settings of its checkpoint (python -m rlpar.train --resume RUN_DIR "
                 "reads them from config.json)"
             )
-    return restored
+    template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract_state)
+    return checkpoints.restore(step, template)
 
 
 def _open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,

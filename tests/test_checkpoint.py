@@ -149,7 +149,7 @@ def test_resume_of_a_missing_dir_and_a_fresh_run_into_a_used_dir_are_refused(tin
 def test_resume_with_other_settings_than_the_checkpoint_is_refused(tiny_run_dir, tmp_path):
     run_dir = _copy_run(tiny_run_dir, tmp_path / "run")
     config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=1,
-                       hidden_sizes=(16, 16), gamma=0.9)
+                       hidden_sizes=(16, 16), gamma=0.9, anneal_lr=False)  # anneal_lr: the CartPole preset's
     with pytest.raises(checkpoint.CheckpointError, match="written with gamma=0.99 but this run has gamma=0.9"):
         run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1), resume=True)
 
@@ -171,3 +171,14 @@ def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_
     assert restored.position.updates_done == bad - 1
     assert all(np.all(np.isfinite(x)) for x in jax.tree.leaves(restored.state["agent"]["params"]))
     assert len((run_dir / rundir.METRICS).read_text().splitlines()) == bad - 1  # nothing logged from the bad update
+
+
+def test_a_setting_that_changes_the_state_shape_is_named_not_reported_as_unreadable(tiny_run_dir, tmp_path):
+    # anneal_lr adds a schedule count to the optimizer state: the settings are compared before the state is read
+    run_dir = _copy_run(tiny_run_dir, tmp_path / "run")
+    saved = json.loads((run_dir / "config.json").read_text())["config"]["anneal_lr"]
+    config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 6, num_minibatches=2, update_epochs=1,
+                       hidden_sizes=(16, 16), anneal_lr=not saved)
+    with pytest.raises(checkpoint.CheckpointError, match=f"written with anneal_lr={saved} but this run has "
+                                                         f"anneal_lr={not saved}"):
+        run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1), resume=True)
