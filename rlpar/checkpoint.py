@@ -40,7 +40,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 COMMIT_MARKER = "rlpar_commit.json"
 KEEP = 2  # committed checkpoints kept; older ones are deleted after each save
@@ -181,15 +181,7 @@ class Checkpoints:
     def read_meta(self, step: int) -> dict:
         """The run's metadata stored with checkpoint ``step`` (what ``Restored.meta`` holds), without reading any
         array: enough to check that a resumed run keeps its settings before restoring a state of another shape."""
-        path = self.path(step)
-        if not (path / COMMIT_MARKER).is_file():
-            raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMIT_MARKER})")
-        ocp, checkpointer = _checkpointer()
-        try:
-            with _quiet_orbax():
-                return checkpointer.restore(path, args=ocp.args.Composite(meta=ocp.args.JsonRestore())).meta["run"]
-        except Exception as err:  # orbax/tensorstore raise many types for missing or damaged files
-            raise restore_failure(err, path, earlier=[s for s in self.committed_steps() if s < step]) from err
+        return self._read(step, lambda ocp: dict(meta=ocp.args.JsonRestore()), lambda r: r.meta["run"])
 
     def restore(self, step: int, template: Any = None) -> Restored:
         """Read checkpoint ``step`` into host numpy arrays; ``CheckpointError`` if unreadable.
@@ -197,19 +189,22 @@ class Checkpoints:
         With a ``template`` (a pytree of arrays like the saved state) the state comes back as that pytree, checked
         against it; without one, as nested dicts and lists of the saved field names (enough to read the params).
         """
+        return self._read(
+            step, lambda ocp: dict(state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()),
+            lambda r: Restored(r.state, Position(**r.meta["position"]), r.meta["run"]))
+
+    def _read(self, step: int, items: Callable, unpack: Callable):
+        """orbax's restore of the composite ``items(ocp)`` of checkpoint ``step``, then ``unpack``; any failure of
+        either becomes ``restore_failure``'s corrupt or unreadable ``CheckpointError``."""
         path = self.path(step)
         if not (path / COMMIT_MARKER).is_file():
             raise CheckpointError(f"{path} is not a complete checkpoint (no {COMMIT_MARKER})")
         ocp, checkpointer = _checkpointer()
         try:
             with _quiet_orbax():
-                restored = checkpointer.restore(path, args=ocp.args.Composite(
-                    state=ocp.args.StandardRestore(template), meta=ocp.args.JsonRestore()))
-            position = Position(**restored.meta["position"])
-            meta = restored.meta["run"]
+                return unpack(checkpointer.restore(path, args=ocp.args.Composite(**items(ocp))))
         except Exception as err:  # orbax/tensorstore raise many types for missing or damaged files
             raise restore_failure(err, path, earlier=[s for s in self.committed_steps() if s < step]) from err
-        return Restored(restored.state, position, meta)
 
 
 # tensorstore status codes (absl) and message parts that prove the stored bytes are bad, not merely unreachable.
