@@ -44,3 +44,49 @@ def _release_compiled_programs():
 
     jax.clear_caches()
     gc.collect()
+
+
+# ---- a run killed mid-way and resumed (the replay agents' tests share these) ----
+
+def start_killed_run(run_dir, argv: list[str], after_update: int = 4):
+    """``python -m rlpar.train ARGV --run-dir RUN_DIR`` in a fresh process that ``tests/sigkill_after.py`` SIGKILLs
+    right after update ``after_update``'s metrics line (before its checkpoint); returns the ``Popen``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    return subprocess.Popen([sys.executable, str(Path(__file__).with_name("sigkill_after.py")), str(after_update),
+                             *argv, "--run-dir", str(run_dir)], cwd=repo, env={**os.environ, "PYTHONPATH": str(repo)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def final_state(run_dir):
+    """The newest checkpoint's whole state (host arrays) of a run dir."""
+    from rlpar import rundir
+    from rlpar.checkpoint import Checkpoints
+
+    checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
+    return checkpoints.restore(checkpoints.latest()).state
+
+
+def resume_and_compare(killed_run_dir, proc, uninterrupted_run_dir, killed_before: list[int]):
+    """Wait for the killed process, check which checkpoints it left, resume it through the CLI, and check the
+    metrics file and the whole final state (every array) equal the uninterrupted run's; returns the resumed state."""
+    import signal
+
+    import numpy as np
+
+    from rlpar import rundir
+    from rlpar import train as train_cli
+    from rlpar.checkpoint import Checkpoints
+
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == -signal.SIGKILL, stderr[-2000:]
+    assert Checkpoints(killed_run_dir / rundir.CHECKPOINTS).committed_steps() == killed_before
+    assert train_cli.main(["--resume", str(killed_run_dir)]) == 0
+    assert (killed_run_dir / rundir.METRICS).read_bytes() == (uninterrupted_run_dir / rundir.METRICS).read_bytes()
+    resumed, uninterrupted = final_state(killed_run_dir), final_state(uninterrupted_run_dir)
+    assert jax.tree.structure(resumed) == jax.tree.structure(uninterrupted)
+    jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)  # buffers, keys, counters: everything
+    return resumed

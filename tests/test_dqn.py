@@ -3,7 +3,6 @@ seeds and a swept learning rate in one compile, kill and resume with the replay 
 and CartPole solved with the defaults (slow)."""
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,16 +12,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import final_state, resume_and_compare, start_killed_run
+
 import agents
 import envs
 from agents.dqn import DQNConfig, double_q_targets, linear_schedule, make_dqn, td_loss
 from agents.replay import ReplayItem
-from rlpar import evaluate, parallel, rundir
+from rlpar import evaluate, parallel
 from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
-SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
 
 # 4 devices x 2 envs, 6 updates of 4 steps; learning from the first update, 2 gradient steps per update (12 in all),
 # the target copied every 5 gradient steps; 2 seeds x 2 learning rates = 4 slots in one compiled program (log_every
@@ -40,9 +39,7 @@ def killed_run(tmp_path_factory):
     """The tiny run in a fresh process, SIGKILLed right after update 4's metrics line (before its checkpoint).
     Started first, so that it compiles and trains while this process trains ``tiny_run``."""
     run_dir = tmp_path_factory.mktemp("dqn_killed") / "run"
-    proc = subprocess.Popen([sys.executable, str(SIGKILL_AFTER), "4", *TINY_ARGV, "--run-dir", str(run_dir)],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_killed_run(run_dir, TINY_ARGV)
     yield run_dir, proc
     if proc.poll() is None:
         proc.kill()
@@ -54,11 +51,6 @@ def tiny_run(killed_run, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("dqn") / "run"
     assert train_cli.main([*TINY_ARGV, "--run-dir", str(run_dir)]) == 0
     return run_dir
-
-
-def _final_state(run_dir: Path):
-    checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
-    return checkpoints.restore(checkpoints.latest()).state
 
 
 # ---- the math, by hand ----
@@ -84,7 +76,7 @@ def test_td_loss_and_epsilon_schedule_by_hand():
 # ---- devices ----
 
 def test_parameters_target_and_optimizer_state_are_bit_identical_on_every_device(tiny_run):
-    agent = _final_state(tiny_run)["agent"]
+    agent = final_state(tiny_run)["agent"]
     for name in ("params", "target_params", "opt_state", "updates", "steps"):
         rows = jax.tree.leaves(agent[name])
         for leaf in rows:
@@ -101,7 +93,7 @@ def test_seeds_and_swept_learning_rate_in_one_program(tiny_run):
     # slots: (seed 0, lr 1e-9), (seed 1, lr 1e-9), (seed 0, lr 3e-3), (seed 1, lr 3e-3). The target network was
     # copied after gradient step 10 (a multiple of 5), so it differs from the online network only where that moved
     # in steps 11 and 12: not at lr 1e-9.
-    agent = _final_state(tiny_run)["agent"]
+    agent = final_state(tiny_run)["agent"]
     online, target = jax.tree.leaves(agent["params"]), jax.tree.leaves(agent["target_params"])
     assert not np.array_equal(online[0][0, 0], online[0][0, 1])  # two seeds, two initialisations
     moved = [max(float(np.abs(a[0, slot] - b[0, slot]).max()) for a, b in zip(online, target)) for slot in range(4)]
@@ -163,15 +155,7 @@ def test_time_limit_bootstraps_from_the_final_observation():
 
 @pytest.mark.slow  # a subprocess compiling and training twice; CI runs it (-m slow)
 def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, killed_run):
-    run_dir, proc = killed_run
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == -signal.SIGKILL, stderr[-2000:]
-    assert Checkpoints(run_dir / rundir.CHECKPOINTS).committed_steps() == [2]  # killed before update 4's save
-    assert train_cli.main(["--resume", str(run_dir)]) == 0
-    assert (run_dir / rundir.METRICS).read_bytes() == (tiny_run / rundir.METRICS).read_bytes()
-    resumed, uninterrupted = _final_state(run_dir), _final_state(tiny_run)
-    assert jax.tree.structure(resumed) == jax.tree.structure(uninterrupted)
-    jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)  # buffers, keys, counters: everything
+    resumed = resume_and_compare(*killed_run, tiny_run, killed_before=[2])  # killed before update 4's save
     assert int(np.asarray(resumed["agent"]["buffer"]["current_index"]).max()) > 0
 
 

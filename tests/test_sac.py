@@ -3,7 +3,6 @@ with known Q-values and a known best action, seeds and a swept tau in one compil
 replay buffer, evaluation, one-line errors, and Pendulum solved with the defaults (slow)."""
 
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -13,17 +12,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import final_state, resume_and_compare, start_killed_run
+
 import agents
 import envs
 from agents.replay import ReplayItem
 from agents.sac import (SACConfig, gaussian_log_prob, make_sac, soft_q_targets, squashed_gaussian,
                         squashed_gaussian_log_prob, tanh_log_det)
-from rlpar import evaluate, parallel, rundir
+from rlpar import evaluate, parallel
 from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
 
 REPO = Path(__file__).resolve().parents[1]
-SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
 
 # 4 devices x 2 envs on Pendulum, 6 updates of 4 steps, learning from the first update with 2 gradient steps each.
 # (Seeds and a sweep in one program: the two-step probe below.)
@@ -39,9 +38,7 @@ def killed_run(tmp_path_factory):
     """The tiny run in a fresh process, SIGKILLed right after update 4's metrics line (before its checkpoint).
     Started first, so that it compiles and trains while this process trains ``tiny_run``."""
     run_dir = tmp_path_factory.mktemp("sac_killed") / "run"
-    proc = subprocess.Popen([sys.executable, str(SIGKILL_AFTER), "4", *TINY_ARGV, "--run-dir", str(run_dir)],
-                            cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = start_killed_run(run_dir, TINY_ARGV)
     yield run_dir, proc
     if proc.poll() is None:
         proc.kill()
@@ -53,11 +50,6 @@ def tiny_run(killed_run, tmp_path_factory) -> Path:
     run_dir = tmp_path_factory.mktemp("sac") / "run"
     assert train_cli.main([*TINY_ARGV, "--run-dir", str(run_dir)]) == 0
     return run_dir
-
-
-def _final_state(run_dir: Path):
-    checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
-    return checkpoints.restore(checkpoints.latest()).state
 
 
 # ---- the math, by hand ----
@@ -95,7 +87,7 @@ def test_soft_q_targets_by_hand():
 # ---- devices ----
 
 def test_parameters_targets_and_optimizer_states_are_bit_identical_on_every_device(tiny_run):
-    agent = _final_state(tiny_run)["agent"]
+    agent = final_state(tiny_run)["agent"]
     for name in ("params", "target_critic", "opt_state", "updates", "steps"):
         for leaf in jax.tree.leaves(agent[name]):
             assert leaf.shape[0] == 4  # [devices, ...]
@@ -193,15 +185,7 @@ def test_bandit_policy_finds_the_best_action_in_the_envs_units():
 
 @pytest.mark.slow  # a subprocess compiling and training twice; CI runs it (-m slow)
 def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, killed_run):
-    run_dir, proc = killed_run
-    _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode == -signal.SIGKILL, stderr[-2000:]
-    assert Checkpoints(run_dir / rundir.CHECKPOINTS).committed_steps() == [2]  # killed before update 4's save
-    assert train_cli.main(["--resume", str(run_dir)]) == 0
-    assert (run_dir / rundir.METRICS).read_bytes() == (tiny_run / rundir.METRICS).read_bytes()
-    resumed, uninterrupted = _final_state(run_dir), _final_state(tiny_run)
-    assert jax.tree.structure(resumed) == jax.tree.structure(uninterrupted)
-    jax.tree.map(np.testing.assert_array_equal, resumed, uninterrupted)  # buffers, keys, counters: everything
+    resume_and_compare(*killed_run, tiny_run, killed_before=[2])  # killed before update 4's save
 
 
 def test_evaluate_runs_the_deterministic_export(tiny_run):
