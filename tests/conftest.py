@@ -61,6 +61,28 @@ def start_killed_run(run_dir, argv: list[str], after_update: int = 4):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+@pytest.fixture(scope="module")
+def killed_run(request, tmp_path_factory):
+    """The test module's ``TINY_ARGV`` run in a fresh process, SIGKILLed right after update 4's metrics line (before
+    its checkpoint): ``(run_dir, Popen)``. Started first, so that it compiles and trains while ``tiny_run`` runs."""
+    run_dir = tmp_path_factory.mktemp("killed") / "run"
+    proc = start_killed_run(run_dir, request.module.TINY_ARGV)
+    yield run_dir, proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.communicate()
+
+
+@pytest.fixture(scope="module")
+def tiny_run(killed_run, request, tmp_path_factory):
+    """The test module's ``TINY_ARGV`` run whole through the CLI in this process; its run dir."""
+    from rlpar import train
+
+    run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
+    assert train.main([*request.module.TINY_ARGV, "--run-dir", str(run_dir)]) == 0
+    return run_dir
+
+
 def final_state(run_dir):
     """The newest checkpoint's whole state (host arrays) of a run dir."""
     from rlpar import rundir

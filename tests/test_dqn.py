@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import final_state, resume_and_compare, start_killed_run
+from conftest import final_state, resume_and_compare
 
 import agents
 import envs
@@ -34,23 +34,7 @@ TINY_ARGV = [
 ]
 
 
-@pytest.fixture(scope="module")
-def killed_run(tmp_path_factory):
-    """The tiny run in a fresh process, SIGKILLed right after update 4's metrics line (before its checkpoint).
-    Started first, so that it compiles and trains while this process trains ``tiny_run``."""
-    run_dir = tmp_path_factory.mktemp("dqn_killed") / "run"
-    proc = start_killed_run(run_dir, TINY_ARGV)
-    yield run_dir, proc
-    if proc.poll() is None:
-        proc.kill()
-    proc.communicate()
-
-
-@pytest.fixture(scope="module")
-def tiny_run(killed_run, tmp_path_factory) -> Path:
-    run_dir = tmp_path_factory.mktemp("dqn") / "run"
-    assert train_cli.main([*TINY_ARGV, "--run-dir", str(run_dir)]) == 0
-    return run_dir
+# killed_run and tiny_run (conftest): this module's TINY_ARGV, SIGKILLed after update 4 and run whole.
 
 
 # ---- the math, by hand ----
