@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -79,6 +80,20 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
     if not overwrite and (env_id in _FACTORIES or env_id in _gymnax_ids()):
         raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
     _FACTORIES[env_id] = factory
+
+
+def made_from_files(env_id: str) -> bool:
+    """Whether everything ``make(env_id)`` builds is defined in files: a gymnax or suite id, a probe,
+    ``package.module:attribute``, or an id registered by a module with a file; not an id registered from an
+    interactive session. ``rlpar.program_cache`` keeps programs only for such envs: it tells code apart by its files.
+    """
+    if env_id in _FACTORIES:
+        module = sys.modules.get(getattr(_FACTORIES[env_id], "__module__", None) or "")
+    elif ":" in env_id:
+        module = sys.modules.get(env_id.partition(":")[0])
+    else:
+        return True
+    return module is not None and isinstance(vars(module).get("__file__"), str)
 
 
 def _is_env(obj: Any) -> bool:

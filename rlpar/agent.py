@@ -128,8 +128,9 @@ class AgentConfig:
         Subclasses call ``super().validate(num_devices)`` first, then check their own fields."""
         for name in ("num_envs", "num_steps", "total_timesteps"):
             _positive_int(name, getattr(self, name))
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed={self.seed!r}: must be a non-negative integer")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            # PRNGKey keeps a seed's low 32 bits: 2**32 would silently be seed 0
+            raise ValueError(f"seed={self.seed!r}: must be an integer in 0..{2**32 - 1}")
         if self.num_envs % num_devices:
             raise ValueError(
                 f"num_envs={self.num_envs} is not divisible by the device count {num_devices}: "

@@ -7,6 +7,9 @@ entry, never a wrong program. rlpar gives the cache a size limit (``MAX_BYTES``)
 recently used entries and hold a file lock (``filelock``) around every read and write, so several processes (or the
 processes of one multi-process run) may share a directory.
 
+The same directory holds ``rlpar.program_cache``'s whole programs (``programs/``), which a warm run loads without
+tracing anything; JAX's cache serves the programs that one cannot key (see there).
+
 Where: ``$RLPAR_CACHE_DIR`` (``off`` turns it off), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``; ``--compile-cache DIR``
 moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a run.
 """
@@ -44,8 +47,11 @@ def enable(setting: str) -> Path | None:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
+    from rlpar import program_cache
+
     directory = resolve(setting)
     _listen()
+    program_cache.configure(directory)
     if directory is None:
         jax.config.update("jax_enable_compilation_cache", False)
         compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again

@@ -179,6 +179,17 @@ def device_keys(key: jax.Array, devices: Sequence) -> jax.Array:
     return jax.random.split(key, len(devices))
 
 
+def device_key(key: jax.Array, position: jax.Array, count: int) -> jax.Array:
+    """Row ``position`` of ``device_keys(key, devices)`` for ``count`` devices, computed inside a program (e.g. an
+    init mapped by ``map_init_at``): the same key, bit for bit."""
+    return jax.random.split(key, count)[position]
+
+
+def device_positions(devices: Sequence) -> jax.Array:
+    """``[D]`` int32, row ``i`` on ``devices[i]`` holding ``i``: the second argument of a ``map_init_at`` init."""
+    return _shard_rows(np.arange(len(devices), dtype=np.int32), devices)
+
+
 def make_mesh(devices: Sequence) -> Mesh:
     """The 1-D mesh over ``devices`` with the one axis ``AXIS_NAME`` (the mesh ``jax.pmap`` builds too)."""
     return Mesh(np.asarray(devices), (AXIS_NAME,))
@@ -270,6 +281,27 @@ def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, bac
         return _rows_to_global(mapped(shared, own_keys), devices)
 
     return init
+
+
+def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, backend: str = "pmap") -> Callable:
+    """``init(shared, positions)`` -> per-device state mapped over ``devices``, every leaf ``[D, ...]``, for an init
+    that derives its per-device values itself: ``make_init(axis_name)`` returns ``init(shared, position)``, called on
+    each device with ``shared`` whole and ``position`` its index in ``devices`` (an int32 scalar).
+
+    Returns the mapped function, to compile ahead of time (``.lower(shared, device_positions(devices)).compile()``)
+    and call with the same arguments: then nothing but that one program runs, which a cached start needs, in any
+    number of processes (the compiled program takes and returns global arrays).
+    """
+    _check_backend(backend)
+    init = make_init(AXIS_NAME)
+    if backend == "shard_map":
+        def per_device(shared, position_block):  # [1], this device's position
+            return _leading_axis(init(shared, position_block[0]))
+
+        spec = PartitionSpec(AXIS_NAME)
+        return jax.jit(jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(PartitionSpec(), spec),
+                                     out_specs=spec))
+    return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
 
 def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array) -> Any:

@@ -81,7 +81,17 @@ class ChunkControl:
     updates: jax.Array  # int32 scalar: updates to run in this call, 1..max_updates
     evaluate: jax.Array  # bool scalar: evaluate the policy after them
     updates_done: jax.Array  # int32 scalar: updates the run had done before this call
-    key_eval: jax.Array  # the run's evaluation key; the evaluation after update u draws from fold_in(key_eval, u)
+    seed: jax.Array  # uint32 scalar, the run's seed: the evaluation after update u draws from
+    # fold_in(eval_key(seed), u)
+
+
+EVAL_STREAM = int.from_bytes(b"eval", "big")  # evaluation keys: fold_in(PRNGKey(seed), EVAL_STREAM), then the update
+
+
+def eval_key(seed) -> jax.Array:
+    """The run's evaluation key, a stream of its own (the training keys come from ``split(PRNGKey(seed))``); derived
+    inside the chunk program, so a run starts without compiling anything for its keys."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), EVAL_STREAM)
 
 
 def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, ChunkControl], tuple[TrainState, dict]]:
@@ -112,7 +122,7 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
         state, metrics = run_updates(state, control.updates)
         if program.evaluate is None:
             return state, metrics
-        key = jax.random.fold_in(control.key_eval, control.updates_done + control.updates)
+        key = jax.random.fold_in(eval_key(control.seed), control.updates_done + control.updates)
         shapes = jax.eval_shape(program.evaluate, state, key)
         skip = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
         return state, {**metrics, **jax.lax.cond(control.evaluate, lambda: program.evaluate(state, key), skip)}

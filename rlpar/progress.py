@@ -201,10 +201,11 @@ class ProgressDisplay:
         else:
             print(COMPILING, file=self.stream, flush=True)
 
-    def compiled(self, seconds: float, cached: bool | None = None) -> None:
-        """Say that compiling took ``seconds``; ``cached=True``: the program came from JAX's compilation cache
-        (``None``: unknown, not said)."""
-        line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache)" if cached else "")
+    def compiled(self, seconds: float, cached: bool | None = None, saved: bool = False) -> None:
+        """Say that compiling took ``seconds``; ``cached=True``: the program came from the compilation cache
+        (``None``: unknown, not said); ``saved=True``: whole, from ``rlpar.program_cache`` (nothing traced)."""
+        line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache: the saved program)" if saved
+                                                else " (from the compilation cache)" if cached else "")
         if self._progress is not None:
             self._progress.update(self._task, status="")
             self._progress.refresh()

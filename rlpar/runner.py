@@ -10,7 +10,10 @@ returns); environments, acting, learning and evaluating stay on the devices. One
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import math
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +22,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import checkpoint, compile_cache, episodes, guard, logs, parallel, program, rollout, rundir, seeds
+from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, program, program_cache, rollout,
+                   rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -152,6 +156,7 @@ class _Prepared(NamedTuple):
     env_params: Any
     make_program: Callable[[str | None], program.Program]  # axis_name -> this run's per-device program
     meta: dict
+    programs: program_cache.Snapshot | None  # what the programs are made from; None: not kept in rlpar.program_cache
 
 
 def train(spec: AgentSpec, config, env="CartPole-v1", *, on_log=None, **run_options) -> TrainResult:
@@ -189,7 +194,7 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
         hooks.on_status("resumed", {"update": done, "checkpoint": str(checkpoints.path(done))})
     lengths = chunk_lengths(config.num_updates, run_config.log_every)
     lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
-    schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), eval_key(config.seed))
+    schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
     compiled, compile_s = _compile(prepared, run_config, state, schedule, min(run_config.log_every,
                                                                               config.num_updates), hooks)
     records = [] if restored is None else _previous_records(logger, run_config, restored)
@@ -220,6 +225,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     slots = seeds.make_slots(run_config.num_seeds, run_config.sweep, type(config))
     for value in sorted(set(slots.values)):  # each swept value must make a valid config on its own
         config.replace(**{slots.field: value}).validate(len(devices))
+    from_id = env is None
     if env is None:
         env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
     else:
@@ -232,7 +238,34 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:
         meta["slots"] = slots.describe()
-    return _Prepared(devices, slots, env, env_params, make, meta)
+    description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
+    return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+
+
+# RunConfig fields that do not change the compiled programs: left out of their cache key
+_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "profile", "compile_cache", "coordinator",
+                   "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
+
+
+def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
+    """The settings the run's programs are made from (``rlpar.program_cache`` adds the code, versions and devices);
+    ``None`` when part of them is not code in files or settings: a multi-process run, an agent or env defined in an
+    interactive session."""
+    import envs
+
+    module = sys.modules.get(getattr(agent.make, "__module__", None) or "")
+    if jax.process_count() > 1 or module is None or not isinstance(vars(module).get("__file__"), str) \
+            or not envs.registry.made_from_files(run_config.env):
+        return None
+    leaves, treedef = jax.tree.flatten(env_params)
+    return {
+        "agent": [agent.name, agent.make.__module__, agent.make.__qualname__],
+        "config": [type(config).__module__, type(config).__qualname__, repr(config)],
+        "run": {k: v for k, v in dataclasses.asdict(run_config).items() if k not in _NOT_IN_PROGRAM},
+        "env_kwargs": repr(sorted((env_kwargs or {}).items())),
+        "env_params": [str(treedef)] + [hashlib.sha256(np.asarray(x).tobytes()).hexdigest() + str(np.shape(x))
+                                         + str(np.asarray(x).dtype) for x in leaves],
+    }
 
 
 def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,
@@ -272,17 +305,29 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
 def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored) -> program.TrainState:
     if restored is not None:
         return parallel.rows_from_host(restored.state, prepared.devices)
-    init = parallel.map_init(lambda ax: prepared.make_program(ax).init, prepared.devices, run_config.backend)
-    key_params, key_devices = jax.random.split(jax.random.PRNGKey(config.seed))
-    return init(key_params, key_devices)
+    devices = prepared.devices
+    seed, positions = parallel.replicate(np.uint32(config.seed), devices), parallel.device_positions(devices)
+    init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices)), devices, run_config.backend)
+    compiled, _ = program_cache.load_or_compile("init", lambda: init.lower(seed, positions).compile(),
+                                                prepared.programs)
+    return compiled(seed, positions)
 
 
-EVAL_STREAM = int.from_bytes(b"eval", "big")  # evaluation keys: fold_in(PRNGKey(seed), EVAL_STREAM), then the update
+def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int):
+    """``axis_name -> init(seed, position)``: the program's init with the run's keys derived inside it, as
+    ``split(PRNGKey(seed))`` into the parameter key (shared) and the devices' key, split once more per device
+    (``parallel.device_key``): nothing runs for the keys outside the one compiled init."""
 
+    def make_init(axis_name):
+        init = make_program(axis_name).init
 
-def eval_key(seed: int) -> np.ndarray:
-    """The run's evaluation key, a stream of its own: the training keys come from ``split(PRNGKey(seed))``."""
-    return np.asarray(jax.random.fold_in(jax.random.PRNGKey(seed), EVAL_STREAM))
+        def seeded(seed, position):
+            key_params, key_devices = jax.random.split(jax.random.PRNGKey(seed))
+            return init(key_params, parallel.device_key(key_devices, position, num_devices))
+
+        return seeded
+
+    return make_init
 
 
 class _Schedule(NamedTuple):
@@ -291,12 +336,12 @@ class _Schedule(NamedTuple):
     lengths: list[int]  # updates per chunk
     done: int  # updates done before the first of them
     eval_every: int  # evaluate after the chunk reaching each multiple of this, and at the end; 0: never
-    key_eval: np.ndarray  # the run's evaluation key (eval_key)
+    seed: int  # the run's seed (evaluation keys: program.eval_key)
 
 
 def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> program.ChunkControl:
     return program.ChunkControl(updates=np.int32(length), evaluate=np.bool_(evaluate), updates_done=np.int32(done),
-                                key_eval=schedule.key_eval)
+                                seed=np.uint32(schedule.seed))
 
 
 def _compile(prepared: _Prepared, run_config: RunConfig, state, schedule: _Schedule, max_updates: int,
@@ -313,10 +358,13 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state, schedule: _Sched
         return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), max_updates)
 
     example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices)
-    compiled = parallel.compile_step(make_step, prepared.devices, state, shared=example, backend=run_config.backend)
+    compiled, loaded = program_cache.load_or_compile(
+        f"chunk of {max_updates}", lambda: parallel.compile_step(make_step, prepared.devices, state, shared=example,
+                                                                 backend=run_config.backend), prepared.programs)
     compile_s = time.perf_counter() - start
-    if hooks.on_status:  # cached: the program came from the persistent compilation cache
-        hooks.on_status("compiled", {"seconds": compile_s, "cached": compile_cache.hits() > hits})
+    if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.program_cache
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
+                                     "saved": loaded})
     return compiled, compile_s
 
 

@@ -212,7 +212,7 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
             elif event == "compiling":
                 show.compiling()
             elif event == "compiled":
-                show.compiled(info["seconds"], info.get("cached"))
+                show.compiled(info["seconds"], info.get("cached"), info.get("saved", False))
 
         return run(spec, config, run_config, hooks=Hooks(on_log=show, on_status=on_status,
                                                          started_at=process_started()),

@@ -9,7 +9,7 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig
-from rlpar import episodes, parallel, plot, rundir, runner
+from rlpar import episodes, parallel, plot, program, rundir
 from rlpar import train as train_cli
 from rlpar.runner import Hooks, RunConfig, run
 
@@ -154,7 +154,7 @@ def _host_evaluation(config, result, slot, seed_index, update, devices, per_devi
     agent = agents.ppo.SPEC.make(config, env, env_params, config.num_envs // devices, None)
     run_episodes = episodes.make_episodes(env, env_params, agent.initial_carry, per_device,
                                           episodes.max_steps(env_params))
-    key = jax.random.fold_in(jax.random.fold_in(runner.eval_key(config.seed), update), seed_index)
+    key = jax.random.fold_in(jax.random.fold_in(program.eval_key(config.seed), update), seed_index)
     found = [run_episodes(agent.policy(state, True), jax.random.fold_in(key, d)) for d in range(devices)]
     return np.concatenate([np.asarray(f.returns) for f in found])
 

@@ -71,6 +71,7 @@ def test_cli_writes_config_and_metrics(tmp_path, capsys):
         (["ppo", "--gamma", "1.5"], "gamma=1.5: must be in [0, 1]"),
         ([], "name an agent first"),
         (["ppo", "--num-steps", "-5"], "num_steps=-5: must be a positive integer"),
+        (["ppo", "--seed", str(2**32)], "seed=4294967296: must be an integer in 0..4294967295"),
         (["ppo", "--log-every", "0"], "log_every=0: must be a positive integer"),
         (["ppo", "--checkpoint-every", "-1"], "checkpoint_every=-1: must be a positive integer"),
         (["ppo", "--resume"], "--resume needs a run dir"),

@@ -1,0 +1,267 @@
+"""Whole compiled programs kept by what they are made from, so a warm start neither traces, lowers nor compiles.
+
+JAX's persistent cache (``rlpar.compile_cache``) keys a program by its lowered HLO: a run must trace and lower its
+programs before it can look one up, and on a 2-core CPU that was most of the CartPole preset's 2 s warm "compile".
+This cache keys the compiled executable by what the HLO is made from instead, and loads it with
+``jax.experimental.serialize_executable`` before anything is traced. The key (``key``) covers:
+
+- the code: every loaded module's file path, size and modification time (rlpar, the agent's and the env's modules, a
+  user's own files, flax, gymnax, jax itself), every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``),
+  and the installed distributions with their versions (the ``*.dist-info`` names on ``sys.path``), so an edited, added,
+  upgraded or installed file makes another key. A module first imported while the program is traced (distrax is) is
+  covered when it belongs to one of those (an installed distribution, the standard library, rlpar's packages); if any
+  other is, the program is not stored;
+- jax's and jaxlib's versions, jax's configuration (every ``JAX_*`` setting but the cache's own), ``XLA_FLAGS``, the
+  backend, its version and the host CPU's model and feature flags (the CPU backend compiles for the host);
+- the devices of the program (ids, kinds, processes);
+- the caller's description of the program: for the runner the agent, its config, the env id and kwargs, the run
+  settings that shape the program, the input shapes.
+
+What a key cannot cover is not cached here: the runner passes ``None`` for an env given as an instance (its
+attributes are not code), an agent or env whose module has no file (an interactive session), a multi-process run.
+Those programs still go through JAX's cache. Entries are written to a temporary file and renamed, so processes may
+share the directory; beyond ``MAX_BYTES`` the least recently used go first. A file that cannot be read or loaded is
+a miss, never an error. Only load a directory you trust: loading an executable runs its code.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import pickle
+import platform
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+SUBDIR = "programs"  # under the compilation cache's directory (JAX's own entries are files at its top level)
+SUFFIX = ".program"
+MAX_BYTES = 512 * 2**20
+VERSION = 1  # of this file format and key; bump to orphan every entry
+_directory: list[Path | None] = [None]
+_CONFIG_SKIPPED = ("jax_compilation_cache", "jax_persistent_cache", "jax_explain_cache_misses")
+
+
+def configure(directory: Path | None) -> None:
+    """Keep programs under ``directory/programs`` (``rlpar.compile_cache.enable`` calls this); ``None``: off."""
+    _directory[0] = None if directory is None else Path(directory) / SUBDIR
+
+
+def directory() -> Path | None:
+    return _directory[0]
+
+
+OWN_PACKAGES = ("rlpar", "agents", "envs")  # fingerprinted file by file, loaded or not
+
+
+def _own_roots() -> list[Path]:
+    return [Path(__file__).resolve().parents[1] / name for name in OWN_PACKAGES]
+
+
+def _installed_roots() -> list[Path]:
+    """The ``sys.path`` directories that hold installed distributions (site-packages), and the standard library."""
+    roots = [Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib")]
+    for entry in sys.path:
+        if entry and os.path.isdir(entry) and os.path.basename(entry.rstrip(os.sep)) in ("site-packages",
+                                                                                          "dist-packages"):
+            roots.append(Path(entry).resolve())
+    return roots
+
+
+def loaded_modules() -> dict[str, str]:
+    """``{name: file}`` of every loaded module that has a file; modules not loaded yet (``importlib``'s lazy ones,
+    ``envs.deferred``'s stand-ins) are left alone: touching one would load it."""
+    files = {}
+    for name, module in list(sys.modules.items()):
+        if issubclass(type(module), importlib.util._LazyModule):  # type(), not isinstance: that reads __class__
+            continue
+        path = vars(module).get("__file__")  # not getattr: envs.deferred's stand-ins import on a missing attribute
+        if isinstance(path, str):
+            files[name] = path
+    return files
+
+
+def _stat(path: str):
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return stat.st_size, stat.st_mtime_ns
+
+
+def code_fingerprint(modules: dict[str, str]) -> dict:
+    """What programs traced in this process are made from, as far as files tell (module docstring); ``modules``:
+    ``loaded_modules()``."""
+    own = []
+    for root in _own_roots():
+        for path in sorted(root.rglob("*.py")):
+            own.append((str(path), _stat(str(path))))
+    installed = []
+    for root in _installed_roots():
+        try:
+            installed.append((str(root), sorted(n for n in os.listdir(root) if n.endswith((".dist-info", ".egg-info")))))
+        except OSError:
+            continue
+    loaded = sorted((name, path, _stat(path)) for name, path in modules.items())
+    return {"own": own, "installed": installed, "modules": loaded}
+
+
+def covered(paths) -> bool:
+    """Whether modules at ``paths`` (imported after a key was taken) are covered by that key anyway: files of an
+    installed distribution, of the standard library, or of rlpar's own packages."""
+    roots = _installed_roots() + _own_roots()
+    for path in paths:
+        resolved = Path(path).resolve()
+        if not any(resolved.is_relative_to(root) for root in roots):
+            return False
+    return True
+
+
+def _host() -> dict:
+    cpu = {}
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                field, _, value = line.partition(":")
+                if field.strip() in ("model name", "flags", "Features", "CPU part") and field.strip() not in cpu:
+                    cpu[field.strip()] = value.strip()
+    except OSError:
+        pass
+    return {"machine": platform.machine(), "processor": platform.processor(), "cpu": cpu}
+
+
+def _jax_settings() -> dict:
+    import jax
+
+    values = getattr(jax.config, "values", {})
+    return {name: repr(value) for name, value in sorted(values.items()) if not name.startswith(_CONFIG_SKIPPED)}
+
+
+class Snapshot(NamedTuple):
+    """Everything a run's programs depend on, taken once before any of them is traced (``snapshot``)."""
+
+    digest: str  # sha256 of the description, code, versions, configuration, host and devices
+    modules: dict  # loaded_modules() when it was taken
+    devices: list
+
+    def key(self, program: str) -> str:
+        """The cache key of the run's program ``program`` (a name: its programs differ by it)."""
+        return hashlib.sha256(f"{self.digest}/{program}".encode()).hexdigest()
+
+
+def snapshot(description: Any, devices: list) -> Snapshot | None:
+    """The ``Snapshot`` of programs made from ``description`` (JSON-able: what the caller builds them from) on
+    ``devices``, with everything else they depend on (module docstring); ``None`` when the cache is off or
+    ``description`` is ``None`` (not cacheable). Take it before tracing any of them, so that every run computes the
+    same keys: tracing imports modules (distrax on first use), loading a program does not."""
+    if _directory[0] is None or description is None:
+        return None
+    import jax
+    import jaxlib
+
+    client = devices[0].client
+    modules = loaded_modules()
+    parts = {
+        "format": VERSION,
+        "program": description,
+        "devices": [(d.id, d.platform, d.device_kind, d.process_index) for d in devices],
+        "backend": (client.platform, client.platform_version, jax.process_count(), jax.device_count()),
+        "versions": (jax.__version__, jaxlib.__version__, sys.version),
+        "jax_config": _jax_settings(),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "host": _host(),
+        "code": code_fingerprint(modules),
+    }
+    text = json.dumps(parts, sort_keys=True, default=repr)
+    return Snapshot(hashlib.sha256(text.encode()).hexdigest(), modules, list(devices))
+
+
+def _path(program_key: str) -> Path:
+    return _directory[0] / (program_key + SUFFIX)
+
+
+def load(program_key: str | None, devices: list):
+    """The ``jax.stages.Compiled`` stored under ``program_key``, or ``None`` (none stored, caching off, unreadable)."""
+    if program_key is None or _directory[0] is None:
+        return None
+    from jax.experimental import serialize_executable
+
+    path = _path(program_key)
+    try:
+        with open(path, "rb") as file:
+            entry = pickle.load(file)
+        if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
+            _initialize_lapack()
+        compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client)
+        os.utime(path)  # recently used: evicted last
+    except Exception:  # noqa: BLE001 -- a missing, partial, stale or foreign entry is a miss
+        return None
+    return compiled
+
+
+def _initialize_lapack() -> None:
+    """Set up the CPU LAPACK kernels a program's custom calls name (as ``jax.export`` does before running a
+    deserialized program): without it such a program crashes the process."""
+    from jax._src.lax import linalg
+
+    linalg.initialize_lapack()
+
+
+def store(program_key: str | None, compiled) -> bool:
+    """Save ``compiled`` under ``program_key``; ``False`` if it cannot be (caching off, a program JAX cannot
+    serialize, a full or read-only disk): the run goes on without it."""
+    if program_key is None or _directory[0] is None:
+        return False
+    from jax.experimental import serialize_executable
+
+    try:
+        entry = {"lapack": "lapack_" in compiled.as_text(), "executable": serialize_executable.serialize(compiled)}
+        blob = pickle.dumps(entry)
+        _directory[0].mkdir(parents=True, exist_ok=True)
+        path = _path(program_key)
+        temporary = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        temporary.write_bytes(blob)
+        os.replace(temporary, path)  # atomic: a reader sees the whole file or none
+        _evict(MAX_BYTES)
+    except Exception:  # noqa: BLE001 -- caching is an optimisation; the compiled program is still used
+        return False
+    return True
+
+
+def _evict(max_bytes: int) -> None:
+    """Delete the least recently used entries until the directory holds at most ``max_bytes``."""
+    entries = []
+    for path in _directory[0].glob("*" + SUFFIX):
+        try:
+            stat = path.stat()
+        except OSError:
+            continue
+        entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        try:
+            path.unlink()
+        except OSError:
+            pass
+        total -= size
+
+
+def load_or_compile(program: str, compile: Callable[[], Any], snap: Snapshot | None):
+    """``(compiled, loaded)``: the run's program ``program`` as stored for ``snap`` (``loaded=True``), else
+    ``compile()`` (it traces, lowers and compiles, through JAX's cache), then stored, unless tracing it imported a
+    module ``snap`` does not cover (``covered``). ``snap=None``: compiled, not stored."""
+    if snap is None:
+        return compile(), False
+    program_key = snap.key(program)
+    compiled = load(program_key, snap.devices)
+    if compiled is not None:
+        return compiled, True
+    compiled = compile()
+    if covered(path for name, path in loaded_modules().items() if name not in snap.modules):
+        store(program_key, compiled)
+    return compiled, False
