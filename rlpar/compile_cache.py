@@ -17,12 +17,14 @@ moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 OFF = "off"
 MAX_BYTES = 2 * 2**30  # the cache's size limit; the least recently used entries go first
 HIT_EVENT = "/jax/compilation_cache/cache_hits"
-_hits = [0]  # persistent-cache hits seen in this process (one listener, registered on first use)
+_hits = threading.local()  # persistent-cache hits seen by each thread (one listener, registered on first use): the
+# runner compiles the init in a thread of its own while the main thread compiles the chunk program
 _listening = [False]
 
 
@@ -73,6 +75,17 @@ def enable(setting: str) -> Path | None:
     return directory
 
 
+def bypass_for_this_process() -> None:
+    """Compile this process's programs without JAX's cache (neither read nor written); ``rlpar.program_cache`` asks
+    for it, before anything compiles, when a run's programs came from JAX's cache last time and so could not be
+    stored whole."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
+
+
 def _listen() -> None:
     if _listening[0]:
         return
@@ -80,12 +93,12 @@ def _listen() -> None:
 
     def on_event(event: str, **kwargs) -> None:
         if event == HIT_EVENT:
-            _hits[0] += 1
+            _hits.count = getattr(_hits, "count", 0) + 1
 
     jax.monitoring.register_event_listener(on_event)
     _listening[0] = True
 
 
 def hits() -> int:
-    """Persistent-cache hits so far in this process (compare before and after a compile)."""
-    return _hits[0]
+    """Persistent-cache hits so far in the calling thread (compare before and after a compile)."""
+    return getattr(_hits, "count", 0)

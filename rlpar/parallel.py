@@ -304,6 +304,16 @@ def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, 
     return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
 
+def state_shapes_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any) -> Any:
+    """The state ``map_init_at(make_init, devices)(shared, device_positions(devices))`` would return, as
+    ``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with its sharding (one row per device), traced, not run or compiled:
+    what lowering a step for that state needs before the state exists."""
+    per_device = jax.vmap(make_init(AXIS_NAME), in_axes=(None, 0), axis_name=AXIS_NAME)
+    shapes = jax.eval_shape(per_device, shared, np.arange(len(devices), dtype=np.int32))
+    sharding = NamedSharding(make_mesh(devices), PartitionSpec(AXIS_NAME))
+    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
+
+
 def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array) -> Any:
     """Shapes and dtypes (``jax.ShapeDtypeStruct``) of the state ``map_init(make_init, devices)(shared, key)`` would
     return, every leaf ``[D, ...]``, computed without running or compiling it, for any backend and process count

@@ -5,17 +5,22 @@ programs before it can look one up, and on a 2-core CPU that was most of the Car
 This cache keys the compiled executable by what the HLO is made from instead, and loads it with
 ``jax.experimental.serialize_executable`` before anything is traced. The key (``key``) covers:
 
-- the code: every loaded module's file path, size and modification time (rlpar, the agent's and the env's modules, a
-  user's own files, flax, gymnax, jax itself), every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``),
-  and the installed distributions with their versions (the ``*.dist-info`` names on ``sys.path``), so an edited, added,
-  upgraded or installed file makes another key. A module first imported while the program is traced (distrax is) is
-  covered when it belongs to one of those (an installed distribution, the standard library, rlpar's packages); if any
-  other is, the program is not stored;
+- the code: every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``: path, size, modification time), the
+  installed distributions and their versions (the ``*.dist-info`` names in site-packages; the standard library by
+  Python's version), and every other loaded module's file (a user's agent, env or script; a package installed for
+  development with ``pip install -e``), so an edited, added, upgraded or installed file makes another key. Which
+  installed or standard modules happen to be loaded is left out (it varies with incidental code paths). A module first
+  imported while a program is traced (distrax is) must be one of the covered kinds, or the program is not stored;
 - jax's and jaxlib's versions, jax's configuration (every ``JAX_*`` setting but the cache's own), ``XLA_FLAGS``, the
   backend, its version and the host CPU's model and feature flags (the CPU backend compiles for the host);
 - the devices of the program (ids, kinds, processes);
 - the caller's description of the program: for the runner the agent, its config, the env id and kwargs, the run
   settings that shape the program, the input shapes.
+
+A program is stored only when this process compiled it. When JAX's cache supplied it instead (the same HLO under a new
+key: after an edit that changed nothing traced, an upgrade, another script), it is used but not stored (XLA:CPU
+re-serializes such an executable without some of its functions), and a marker makes the next run with that key
+compile its programs without JAX's cache and store them: one slower run, then the fast start.
 
 What a key cannot cover is not cached here: the runner passes ``None`` for an env given as an instance (its
 attributes are not code), an agent or env whose module has no file (an interactive session), a multi-process run.
@@ -37,9 +42,13 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+from jax.experimental import serialize_executable  # here, not at first use: importing it would change the snapshot
+
 SUBDIR = "programs"  # under the compilation cache's directory (JAX's own entries are files at its top level)
 SUFFIX = ".program"
+MARKER = ".seen"  # a run whose programs came from JAX's cache, so were not stored: the next such run compiles them
 MAX_BYTES = 512 * 2**20
+MAX_MARKERS = 256
 VERSION = 1  # of this file format and key; bump to orphan every entry
 _directory: list[Path | None] = [None]
 _CONFIG_SKIPPED = ("jax_compilation_cache", "jax_persistent_cache", "jax_explain_cache_misses")
@@ -62,8 +71,9 @@ def _own_roots() -> list[Path]:
 
 
 def _installed_roots() -> list[Path]:
-    """The ``sys.path`` directories that hold installed distributions (site-packages), and the standard library."""
-    roots = [Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib")]
+    """The ``sys.path`` directories that hold installed distributions (site-packages), their console scripts (e.g.
+    ``rlpar-train``) and the standard library."""
+    roots = [Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib", "scripts")]
     for entry in sys.path:
         if entry and os.path.isdir(entry) and os.path.basename(entry.rstrip(os.sep)) in ("site-packages",
                                                                                           "dist-packages"):
@@ -105,19 +115,21 @@ def code_fingerprint(modules: dict[str, str]) -> dict:
             installed.append((str(root), sorted(n for n in os.listdir(root) if n.endswith((".dist-info", ".egg-info")))))
         except OSError:
             continue
-    loaded = sorted((name, path, _stat(path)) for name, path in modules.items())
-    return {"own": own, "installed": installed, "modules": loaded}
+    roots = _installed_roots() + _own_roots()
+    others = sorted((name, path, _stat(path)) for name, path in modules.items() if not _under(path, roots))
+    return {"own": own, "installed": installed, "modules": others}
 
 
 def covered(paths) -> bool:
     """Whether modules at ``paths`` (imported after a key was taken) are covered by that key anyway: files of an
     installed distribution, of the standard library, or of rlpar's own packages."""
     roots = _installed_roots() + _own_roots()
-    for path in paths:
-        resolved = Path(path).resolve()
-        if not any(resolved.is_relative_to(root) for root in roots):
-            return False
-    return True
+    return all(_under(path, roots) for path in paths)
+
+
+def _under(path: str, roots: list[Path]) -> bool:
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(root) for root in roots)
 
 
 def _host() -> dict:
@@ -176,7 +188,16 @@ def snapshot(description: Any, devices: list) -> Snapshot | None:
         "code": code_fingerprint(modules),
     }
     text = json.dumps(parts, sort_keys=True, default=repr)
-    return Snapshot(hashlib.sha256(text.encode()).hexdigest(), modules, list(devices))
+    snap = Snapshot(hashlib.sha256(text.encode()).hexdigest(), modules, list(devices))
+    if _marker(snap).exists():  # seen before and not stored (JAX's cache had its programs): compile them here
+        from rlpar import compile_cache
+
+        compile_cache.bypass_for_this_process()
+    return snap
+
+
+def _marker(snap: Snapshot) -> Path:
+    return _directory[0] / (snap.digest + MARKER)
 
 
 def _path(program_key: str) -> Path:
@@ -187,15 +208,14 @@ def load(program_key: str | None, devices: list):
     """The ``jax.stages.Compiled`` stored under ``program_key``, or ``None`` (none stored, caching off, unreadable)."""
     if program_key is None or _directory[0] is None:
         return None
-    from jax.experimental import serialize_executable
-
     path = _path(program_key)
     try:
         with open(path, "rb") as file:
             entry = pickle.load(file)
         if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
             _initialize_lapack()
-        compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client)
+        compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client,
+                                                             execution_devices=list(devices))
         os.utime(path)  # recently used: evicted last
     except Exception:  # noqa: BLE001 -- a missing, partial, stale or foreign entry is a miss
         return None
@@ -215,8 +235,6 @@ def store(program_key: str | None, compiled) -> bool:
     serialize, a full or read-only disk): the run goes on without it."""
     if program_key is None or _directory[0] is None:
         return False
-    from jax.experimental import serialize_executable
-
     try:
         entry = {"lapack": "lapack_" in compiled.as_text(), "executable": serialize_executable.serialize(compiled)}
         blob = pickle.dumps(entry)
@@ -232,7 +250,11 @@ def store(program_key: str | None, compiled) -> bool:
 
 
 def _evict(max_bytes: int) -> None:
-    """Delete the least recently used entries until the directory holds at most ``max_bytes``."""
+    """Delete the least recently used entries until the directory holds at most ``max_bytes``, and all but the newest
+    ``MAX_MARKERS`` markers."""
+    markers = sorted(_directory[0].glob("*" + MARKER), key=lambda p: p.stat().st_mtime if p.exists() else 0)
+    for path in markers[:-MAX_MARKERS]:
+        path.unlink(missing_ok=True)
     entries = []
     for path in _directory[0].glob("*" + SUFFIX):
         try:
@@ -254,14 +276,34 @@ def _evict(max_bytes: int) -> None:
 def load_or_compile(program: str, compile: Callable[[], Any], snap: Snapshot | None):
     """``(compiled, loaded)``: the run's program ``program`` as stored for ``snap`` (``loaded=True``), else
     ``compile()`` (it traces, lowers and compiles, through JAX's cache), then stored, unless tracing it imported a
-    module ``snap`` does not cover (``covered``). ``snap=None``: compiled, not stored."""
+    module ``snap`` does not cover (``covered``) or JAX's cache supplied it (see below). ``snap=None``: compiled, not
+    stored."""
     if snap is None:
         return compile(), False
     program_key = snap.key(program)
     compiled = load(program_key, snap.devices)
     if compiled is not None:
         return compiled, True
+    from rlpar import compile_cache
+
+    hits = compile_cache.hits()
     compiled = compile()
+    if compile_cache.hits() > hits:
+        # JAX's cache had it (same HLO under a new key: e.g. after an edit that changed nothing traced). Not stored:
+        # on XLA:CPU (jax 0.10.2) an executable loaded from JAX's cache serializes without some of its functions,
+        # and loaded again fails ("Function iota_concatenate_fusion not found"; tests/test_program_cache.py). The
+        # marker makes the next run with this snapshot compile its programs itself (``snapshot``), and store them.
+        _touch(_marker(snap))
+        return compiled, False
     if covered(path for name, path in loaded_modules().items() if name not in snap.modules):
-        store(program_key, compiled)
+        if store(program_key, compiled):
+            _marker(snap).unlink(missing_ok=True)
     return compiled, False
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError:
+        pass

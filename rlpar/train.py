@@ -8,9 +8,12 @@ preset of ``--env`` (if the agent has presets) as the defaults.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import sys
+import threading
 import time
+from typing import NoReturn
 
 from rlpar import cli, resume
 from rlpar.runner import RunConfig
@@ -219,5 +222,23 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
                    resume=resume_dir is not None)
 
 
+def console() -> None:
+    """The ``rlpar-train`` command and ``python -m rlpar.train``: ``main``, then ``end_process`` with its exit code."""
+    end_process(main())
+
+
+def end_process(code: int) -> NoReturn:
+    """Exit with ``code`` once everything is written: the other non-daemon threads joined (as the interpreter would),
+    ``atexit`` handlers run, output flushed; then ``os._exit``, which skips the interpreter's teardown of a thousand
+    modules and of XLA's runtime: 0.7 s of the 6.5 s the README command takes warm on a 2-core CPU."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

@@ -1,0 +1,242 @@
+"""rlpar.program_cache: whole compiled programs, loaded by a warm run without tracing; never a stale one."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import agents
+from agents.ppo import PPOConfig
+from rlpar import compile_cache, program_cache, runner
+from rlpar.runner import RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96",
+        "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "3"]
+
+
+@pytest.fixture
+def cache_dir(tmp_path):
+    program_cache.configure(tmp_path)
+    yield tmp_path / program_cache.SUBDIR
+    program_cache.configure(None)
+
+
+def _snapshot(description="one"):
+    return program_cache.snapshot(description, jax.devices()[:1])
+
+
+def _compiler(fn, *args):
+    calls = []
+
+    def compile():
+        calls.append(1)
+        return jax.jit(fn).lower(*args).compile()
+
+    return compile, calls
+
+
+def test_a_stored_program_is_loaded_and_computes_the_same(cache_dir):
+    x = jnp.arange(6.0)
+    compile, calls = _compiler(lambda v: jnp.cumsum(v) * 2.0, x)
+    snap = _snapshot()  # taken once, before compiling, as the runner does
+    first, loaded = program_cache.load_or_compile("p", compile, snap)
+    assert not loaded and len(calls) == 1 and len(list(cache_dir.glob("*.program"))) == 1
+    second, loaded = program_cache.load_or_compile("p", compile, snap)
+    assert loaded and len(calls) == 1  # not compiled again
+    np.testing.assert_array_equal(np.asarray(second(x)), [0, 2, 6, 12, 20, 30])
+    np.testing.assert_array_equal(np.asarray(second(x)), np.asarray(first(x)))
+
+
+def test_another_description_or_program_name_is_another_entry(cache_dir):
+    x = jnp.ones(3)
+    compile, calls = _compiler(lambda v: v + 1, x)
+    program_cache.load_or_compile("p", compile, _snapshot("one"))
+    program_cache.load_or_compile("p", compile, _snapshot("two"))
+    program_cache.load_or_compile("q", compile, _snapshot("one"))
+    assert len(calls) == 3 and len(list(cache_dir.glob("*.program"))) == 3
+
+
+def test_off_or_not_cacheable_stores_nothing(tmp_path):
+    program_cache.configure(None)
+    assert program_cache.snapshot("one", jax.devices()[:1]) is None
+    program_cache.configure(tmp_path)
+    try:
+        assert program_cache.snapshot(None, jax.devices()[:1]) is None  # the caller said: not cacheable
+        compile, calls = _compiler(lambda v: v * 3, jnp.ones(2))
+        _, loaded = program_cache.load_or_compile("p", compile, None)
+        assert not loaded and calls == [1] and not (tmp_path / program_cache.SUBDIR).exists()
+    finally:
+        program_cache.configure(None)
+
+
+def test_a_damaged_entry_is_a_miss_and_is_replaced(cache_dir):
+    x = jnp.arange(3.0)
+    compile, calls = _compiler(lambda v: v * v, x)
+    snap = _snapshot()
+    program_cache.load_or_compile("p", compile, snap)
+    [entry] = cache_dir.glob("*.program")
+    entry.write_bytes(entry.read_bytes()[:100])  # a truncated file, as a crash mid-write of another tool leaves
+    compiled, loaded = program_cache.load_or_compile("p", compile, snap)
+    assert not loaded and len(calls) == 2
+    np.testing.assert_array_equal(np.asarray(compiled(x)), [0, 1, 4])
+    assert program_cache.load_or_compile("p", compile, snap)[1]  # the rewritten entry loads
+
+
+def test_an_edited_module_file_changes_the_key(cache_dir, tmp_path, monkeypatch):
+    module = tmp_path / "user_code_for_cache.py"
+    module.write_text("SCALE = 2.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import user_code_for_cache  # noqa: F401 -- loaded, so its file is part of the key
+
+    before = _snapshot()
+    module.write_text("SCALE = 3.0\n# edited\n")  # another size (and modification time)
+    after = _snapshot()
+    assert before.key("p") != after.key("p")
+    assert _snapshot().key("p") == after.key("p")  # and stable while nothing changes
+    del sys.modules["user_code_for_cache"]
+
+
+def test_a_module_first_imported_while_compiling_is_stored_only_if_the_key_covers_it(cache_dir, tmp_path, monkeypatch):
+    (tmp_path / "imported_while_tracing.py").write_text("FACTOR = 5\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    x = jnp.ones(2)
+
+    def compile_importing_user_code():
+        import imported_while_tracing  # a user's file: not in the snapshot taken before
+
+        return jax.jit(lambda v: v * imported_while_tracing.FACTOR).lower(x).compile()
+
+    snap = _snapshot()
+    compiled, loaded = program_cache.load_or_compile("p", compile_importing_user_code, snap)
+    assert not loaded and not list(cache_dir.glob("*.program"))  # used, not stored
+    np.testing.assert_array_equal(np.asarray(compiled(x)), [5, 5])
+    del sys.modules["imported_while_tracing"]
+    assert program_cache.covered([np.__file__, jax.__file__, program_cache.__file__, os.__file__])
+    assert not program_cache.covered([str(tmp_path / "imported_while_tracing.py")])
+
+
+def test_least_recently_used_entries_go_beyond_the_size_limit(cache_dir, monkeypatch):
+    x = jnp.ones(4)
+    snap = _snapshot()
+    for name in ("a", "b", "c"):
+        compile, _ = _compiler(lambda v: v - 1, x)
+        program_cache.load_or_compile(name, compile, snap)
+        os.utime(cache_dir / (snap.key(name) + program_cache.SUFFIX),
+                 (1000 + ord(name), 1000 + ord(name)))  # a, then b, then c: distinct, ordered use times
+    size = max(p.stat().st_size for p in cache_dir.glob("*.program"))
+    monkeypatch.setattr(program_cache, "MAX_BYTES", 2 * size)
+    compile, _ = _compiler(lambda v: v - 2, x)
+    program_cache.load_or_compile("d", compile, snap)
+    left = {p.name for p in cache_dir.glob("*.program")}
+    assert left == {snap.key(n) + program_cache.SUFFIX for n in ("c", "d")}
+
+
+def test_a_program_with_lapack_calls_runs_when_loaded_in_a_fresh_process(tmp_path):
+    # The CPU backend binds LAPACK's kernels when a program using them is lowered; a loaded program is not lowered.
+    # Without setting them up first, this crashed the process (SIGSEGV) on the first call of a loaded init.
+    code = textwrap.dedent(f"""
+        import jax, jax.numpy as jnp, numpy as np
+        from rlpar import program_cache
+        program_cache.configure({str(tmp_path)!r})
+        x = jnp.asarray([[2.0, 1.0], [1.0, 3.0]])
+        snap = program_cache.snapshot("qr", jax.devices()[:1])
+        compiled, loaded = program_cache.load_or_compile(
+            "qr", lambda: jax.jit(lambda m: jnp.linalg.qr(m)[1]).lower(x).compile(), snap)
+        print(loaded, np.round(np.abs(np.asarray(compiled(x))), 4).tolist())
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert [r.returncode for r in runs] == [0, 0], runs[-1].stderr[-2000:]
+    assert runs[0].stdout.split(" ", 1)[0] == "False" and runs[1].stdout.split(" ", 1)[0] == "True"
+    assert runs[0].stdout.split(" ", 1)[1] == runs[1].stdout.split(" ", 1)[1]
+
+
+def test_runs_are_cacheable_from_ids_and_files_not_from_instances(tmp_path):
+    import gymnax
+
+    config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2, hidden_sizes=(8,))
+
+    def prepare(config=config, env=None, **run):
+        run = {"devices": 1, "compile_cache": str(tmp_path), **run}
+        return runner._prepare(agents.ppo.SPEC, config, RunConfig(**run), env, None)
+
+    try:
+        by_id, instance = prepare(), prepare(env=gymnax.make("CartPole-v1")[0])
+        assert by_id.programs is not None and instance.programs is None  # an instance's attributes are not code
+        other = prepare(config.replace(hidden_sizes=(16,)))
+        elsewhere = prepare(run_dir=str(tmp_path / "r"), checkpoint_every=1)
+        assert other.programs.key("init") != by_id.programs.key("init")  # another config: another program
+        assert elsewhere.programs.key("init") == by_id.programs.key("init")  # where it writes: the same program
+        assert prepare(compile_cache="off").programs is None
+    finally:
+        compile_cache.enable("off")  # as the suite runs (conftest)
+
+
+def _train(cwd: Path, *flags: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("RLPAR_CACHE_DIR", None)
+    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *flags], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def _metrics(run_dir: Path) -> list:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_warm_cli_run_loads_the_saved_programs_and_trains_bit_identically(tmp_path):
+    # The README's path: the same command twice, fresh processes, relative paths.
+    first = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "one")
+    assert "compiled in" in first and "saved program" not in first
+    second = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "two")
+    assert "(from the compilation cache: the saved program)" in second
+    assert len(list((tmp_path / "cache" / program_cache.SUBDIR).glob("*.program"))) == 2  # init and chunk
+    assert _metrics(tmp_path / "one") == _metrics(tmp_path / "two")  # every logged number, bit for bit
+    third = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--gamma", "0.9")  # another config
+    assert "compiled in" in third and "from the compilation cache" not in third
+
+
+def test_a_program_from_jax_cache_is_not_stored_and_the_next_run_compiles_and_stores_it(tmp_path):
+    # XLA:CPU re-serializes an executable loaded from JAX's cache without some of its functions; stored, it failed
+    # when loaded ("Function iota_concatenate_fusion not found"). So only programs compiled here are stored: a run
+    # whose program came from JAX's cache leaves a marker, and the next run with its key compiles without JAX's cache.
+    code = textwrap.dedent(f"""
+        import sys, jax, jax.numpy as jnp, numpy as np
+        from rlpar import compile_cache, program_cache
+        compile_cache.enable({str(tmp_path)!r})
+        f = lambda x: jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) + i, jnp.concatenate([jnp.arange(8.0), x]))
+        x = jnp.ones(4)
+        snap = program_cache.snapshot(sys.argv[1], jax.devices()[:1])
+        compiled, loaded = program_cache.load_or_compile("p", lambda: jax.jit(f).lower(x).compile(), snap)
+        print(loaded, compile_cache.hits(), np.asarray(compiled(x)).round(4).tolist())
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def run(description):
+        proc = subprocess.run([sys.executable, "-c", code, description], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return proc.stdout.split(" ", 2)
+
+    first = run("one")  # compiled, stored in both caches
+    assert first[0] == "False"
+    other = run("two")  # another key, the same HLO: JAX's cache has it; not stored under "two", a marker instead
+    assert other[0] == "False" and int(other[1]) > 0
+    assert len(list((tmp_path / program_cache.SUBDIR).glob("*.program"))) == 1
+    assert len(list((tmp_path / program_cache.SUBDIR).glob("*" + program_cache.MARKER))) == 1
+    again = run("two")  # compiled without JAX's cache, stored; the marker goes
+    assert again[0] == "False" and len(list((tmp_path / program_cache.SUBDIR).glob("*.program"))) == 2
+    assert not list((tmp_path / program_cache.SUBDIR).glob("*" + program_cache.MARKER))
+    loaded = run("two")  # from now on, loaded whole
+    assert loaded[0] == "True" and run("one")[0] == "True"
+    assert first[2] == other[2] == again[2] == loaded[2]
