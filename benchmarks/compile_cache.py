@@ -1,7 +1,9 @@
 """The README's train command, cold (empty compilation cache) and warm (the cache the cold run filled), alternating.
 
-Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process twice: first with
-a new, empty ``--compile-cache`` directory, then again with the same directory. Reported per run: the compile time
+Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process three times: first
+with a new, empty ``--compile-cache`` directory, then again with the same directory (the whole programs come from
+``rlpar.program_cache``), then once more with its ``programs/`` removed (JAX's cache only: traced and lowered, then
+looked up, as every warm run went before the program cache). Reported per run: the compile time
 and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
 update, ``timing.jsonl``'s ``startup_s``) and the whole command's wall time. Medians over rounds, and the ratio warm /
 cold of each round. Where rejax is installed (``python benchmarks/peers.py install``), each round also runs rejax's
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,9 +38,11 @@ def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
     wall = time.perf_counter() - start
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-2000:])
-    compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache\))?", proc.stdout)
+    compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache(: the saved program)?\))?",
+                         proc.stdout)
     timing = json.loads((run_dir / "timing.jsonl").read_text().splitlines()[0])
     return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
+            "saved_program": bool(compiled.group(3)),
             "startup_s": timing["startup_s"], "wall_s": wall}
 
 
@@ -65,7 +70,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             cache = Path(tmp) / f"cache{r}"
-            for kind in ("cold", "warm"):
+            for kind in ("cold", "warm", "jax-cache-only"):
+                if kind == "jax-cache-only":  # the program cache emptied: how a warm run went before it existed
+                    shutil.rmtree(cache / "programs", ignore_errors=True)
                 row = {"benchmark": "compile_cache", "round": r, "run": kind,
                        **run_once(cache, Path(tmp) / f"run{r}{kind}", args.extra), **common.host_fields(),
                        "command": common.command_line()}
@@ -79,9 +86,11 @@ def main() -> int:
     for key in ("compile_s", "startup_s", "wall_s"):
         cold = [row[key] for row in rows if row["run"] == "cold"]
         warm = [row[key] for row in rows if row["run"] == "warm"]
+        jax_only = [row[key] for row in rows if row["run"] == "jax-cache-only"]
         ratios = [w / c for w, c in zip(warm, cold)]
         print(f"{key}: cold median {statistics.median(cold):.2f}, warm median {statistics.median(warm):.2f}, "
-              f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
+              f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
+              f"JAX's cache only {statistics.median(jax_only):.2f}")
     rejax = [row for row in rows if row["run"] == "rejax"]
     if rejax:
         warm = [row["wall_s"] for row in rows if row["run"] == "warm"]

@@ -59,9 +59,10 @@ class RunConfig:
     backend: str = _f("pmap", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a 1-D device mesh)")
     profile: str = _f("", "write a jax.profiler trace of one chunk of updates (the second: compiled and warm) to "
                           "this directory, for TensorBoard's profile plugin or Perfetto; empty = none")
-    compile_cache: str = _f("", "directory of JAX's persistent compilation cache, so an identical run loads its "
-                                "program instead of compiling it; empty = $RLPAR_CACHE_DIR or ~/.cache/rlpar/jax; "
-                                "off (or --no-compile-cache) = none")
+    compile_cache: str = _f("", "directory of the compilation caches (JAX's persistent cache, and rlpar's saved "
+                                "programs in DIR/programs), so an identical run loads its programs instead of "
+                                "compiling them; empty = $RLPAR_CACHE_DIR or ~/.cache/rlpar/jax; off (or "
+                                "--no-compile-cache) = none")
     # Multi-process runs (see README "Past one machine"); every process gets the same flags except process_id.
     coordinator: str = _f("", "multi-process: HOST:PORT of process 0's coordinator; 'auto' = read the cluster's "
                               "environment (SLURM, Open MPI, JAX_COORDINATOR_ADDRESS); empty = single process")
@@ -310,13 +311,6 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
     return checkpoints, restored, logger
 
 
-# The init runs once: XLA's backend optimisation level 0 compiles it in about half the time (CartPole preset, 2-core
-# CPU: 0.6 s instead of 1.4 s), and it compiles beside the chunk program, which then gets more of the CPU. Its floats
-# may differ from an optimised build's in the last bit (e.g. fused multiply-adds in the orthogonal initialiser), so
-# initial parameters differ from those of rlpar before this change by ~1e-7, the same on every device and run.
-INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
-
-
 def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored) -> program.TrainState:
     if restored is not None:
         return parallel.rows_from_host(restored.state, prepared.devices)
@@ -324,7 +318,7 @@ def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored)
     seed, positions = parallel.replicate(np.uint32(config.seed), devices), parallel.device_positions(devices)
     init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices)), devices, run_config.backend)
     compiled, _ = program_cache.load_or_compile(
-        "init", lambda: init.lower(seed, positions).compile(INIT_COMPILER_OPTIONS), prepared.programs)
+        "init", lambda: init.lower(seed, positions).compile(), prepared.programs)
     return compiled(seed, positions)
 
 

@@ -1,6 +1,7 @@
 """Greedy evaluation during training, and the one compiled program a run uses (4 fake CPU devices, tiny configs)."""
 
 import json
+import threading
 
 import jax
 import numpy as np
@@ -34,7 +35,8 @@ class _Compiles:
         self.count, self.counting, self.status = 0, False, []
 
     def on_event(self, event, duration, **kwargs):
-        if event == COMPILE_EVENT and self.counting:
+        # The init compiles in a thread of its own beside the chunk program (rlpar.runner.run): not counted here.
+        if event == COMPILE_EVENT and self.counting and not threading.current_thread().name.startswith("rlpar-init"):
             self.count += 1
 
     def on_status(self, event, info):
