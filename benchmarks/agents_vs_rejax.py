@@ -19,13 +19,11 @@ rejax run takes minutes here.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import common

@@ -112,9 +112,10 @@ def code_fingerprint(modules: dict[str, str]) -> dict:
     installed = []
     for root in _installed_roots():
         try:
-            installed.append((str(root), sorted(n for n in os.listdir(root) if n.endswith((".dist-info", ".egg-info")))))
+            names = os.listdir(root)
         except OSError:
             continue
+        installed.append((str(root), sorted(n for n in names if n.endswith((".dist-info", ".egg-info")))))
     roots = _installed_roots() + _own_roots()
     others = sorted((name, path, _stat(path)) for name, path in modules.items() if not _under(path, roots))
     return {"own": own, "installed": installed, "modules": others}

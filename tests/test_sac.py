@@ -129,7 +129,10 @@ def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds
     # Probe-ContinuousTwoStep-v0: reward 0.5 at [0], then 1 at [1] and the episode terminates, whatever the action.
     # gamma = 0.9: Q([1], a) = 1 and Q([0], a) = 0.5 + 0.9 = 1.4 for every action, for both critics. Trained as 4
     # slots of one compiled program: (seed 0, tau 0.5), (seed 1, tau 0.5), (seed 0, tau 1), (seed 1, tau 1).
-    result, sac = _train_probe("Probe-ContinuousTwoStep-v0", num_seeds=2, sweep="tau=0.5,1.0")
+    # 192 updates: with tau = 1 (targets copied every step) the critics converge slowest; at 128 updates seeds 0 and 1
+    # were still 0.07-0.08 off at [0] (an init differing in the last bits decided pass or fail), at 192 within 0.03.
+    result, sac = _train_probe("Probe-ContinuousTwoStep-v0", PROBE.replace(total_timesteps=8 * 8 * 192), num_seeds=2,
+                               sweep="tau=0.5,1.0")
     obs = jnp.array([[0.0], [0.0], [0.0], [1.0], [1.0], [1.0]])
     action = jnp.array([[-0.5], [0.0], [0.5], [-0.5], [0.0], [0.5]])
     for slot in range(4):
@@ -137,11 +140,12 @@ def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds
         q = np.asarray(sac.critic.apply(critic, obs, action))
         np.testing.assert_allclose(q, np.broadcast_to([1.4, 1.4, 1.4, 1.0, 1.0, 1.0], q.shape), atol=0.05)
     # The swept tau reached the traced update: with tau = 1 the target critics are a copy of the critics after
-    # every step; with tau = 0.5 they lag. And the two seeds trained different networks.
+    # every step (exactly: lag 0); with tau = 0.5 they lag by half the last steps' change (small once converged, but
+    # not 0). And the two seeds trained different networks.
     critic, target = jax.tree.leaves(result.params.critic), jax.tree.leaves(result.state.agent.target_critic)
     target = [parallel.first_replica(t) for t in target]
     lag = [max(float(np.abs(c[slot] - t[slot]).max()) for c, t in zip(critic, target)) for slot in range(4)]
-    assert min(lag[:2]) > 1e-4 and max(lag[2:]) == 0.0
+    assert min(lag[:2]) > 0.0 and max(lag[2:]) == 0.0
     assert not np.array_equal(critic[0][0], critic[0][1])
 
 

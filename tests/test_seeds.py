@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 import agents
-import envs
 from agents.ppo import PPOConfig
 from rlpar import parallel, runner, seeds
 from rlpar import train as train_cli
@@ -63,11 +62,8 @@ def test_lr_sweep_scales_the_update_size():
     config = TINY.replace(anneal_lr=False)
     run_config = RunConfig(devices=2, sweep="lr=1e-9,1e-3")
     result = run(agents.ppo.SPEC, config, run_config)
-    env, env_params = envs.make("CartPole-v1")
-    slots = seeds.make_slots(1, run_config.sweep, type(config))
-    make = runner.make_program_factory(agents.ppo.SPEC, config, slots, env, env_params, 2)
-    init = parallel.map_init(lambda ax: make(ax).init, parallel.select_devices(2))
-    start = parallel.first_replica(init(*jax.random.split(jax.random.PRNGKey(config.seed))).agent.params)
+    prepared = runner._prepare(agents.ppo.SPEC, config, run_config, None, None)  # the run's own init, as it compiles
+    start = parallel.first_replica(runner._initial_state(prepared, config, run_config, None).agent.params)
     jax.tree.map(lambda x: np.testing.assert_array_equal(x[0], x[1]), start)  # same seed index, same init
     moved = [max(float(np.abs(a[i] - b[i]).max()) for a, b in zip(jax.tree.leaves(result.params),
                                                                   jax.tree.leaves(start))) for i in (0, 1)]

@@ -8,7 +8,6 @@ import pytest
 import agents
 from agents.ppo import PPOConfig
 from rlpar import train as train_cli
-from rlpar.runner import mean_recent_return
 
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, num_minibatches=2, update_epochs=1)
 
