@@ -5,7 +5,7 @@ with a new, empty ``--compile-cache`` directory, then again with the same direct
 ``rlpar.program_cache``), then once more with its ``programs/`` removed (JAX's cache only: traced and lowered, then
 looked up, as every warm run went before the program cache). Reported per run: the compile time
 and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
-update, ``timing.jsonl``'s ``startup_s``) and the whole command's wall time. Medians over rounds, and the ratio warm /
+update, the done line's figure, as ``timing.jsonl``'s ``startup_s``; no ``--run-dir``: the README's command as written) and the whole command's wall time. Medians over rounds, and the ratio warm /
 cold of each round. Where rejax is installed (``python benchmarks/peers.py install``), each round also runs rejax's
 equivalent whole training script (import, compile, train the same config once) in a fresh process, and the ratio warm
 rlpar / rejax of each round is reported.
@@ -16,7 +16,6 @@ rlpar / rejax of each round is reported.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shutil
 import statistics
@@ -30,9 +29,9 @@ import common
 import peers
 
 
-def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
-    argv = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache),
-            "--run-dir", str(run_dir), *extra]
+def run_once(cache: Path, extra: list[str]) -> dict:
+    """The README's command as it is (no run dir), with ``--compile-cache``; the start-up time from its done line."""
+    argv = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache), *extra]
     start = time.perf_counter()
     proc = subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True, timeout=900)
     wall = time.perf_counter() - start
@@ -40,10 +39,9 @@ def run_once(cache: Path, run_dir: Path, extra: list[str]) -> dict:
         raise RuntimeError(proc.stderr[-2000:])
     compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache(: the saved program)?\))?",
                          proc.stdout)
-    timing = json.loads((run_dir / "timing.jsonl").read_text().splitlines()[0])
+    startup = re.search(r"([0-9.]+)s from process start to the first update", proc.stdout)
     return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
-            "saved_program": bool(compiled.group(3)),
-            "startup_s": timing["startup_s"], "wall_s": wall}
+            "saved_program": bool(compiled.group(3)), "startup_s": float(startup.group(1)), "wall_s": wall}
 
 
 def run_rejax() -> dict | None:
@@ -74,7 +72,7 @@ def main() -> int:
                 if kind == "jax-cache-only":  # the program cache emptied: how a warm run went before it existed
                     shutil.rmtree(cache / "programs", ignore_errors=True)
                 row = {"benchmark": "compile_cache", "round": r, "run": kind,
-                       **run_once(cache, Path(tmp) / f"run{r}{kind}", args.extra), **common.host_fields(),
+                       **run_once(cache, args.extra), **common.host_fields(),
                        "command": common.command_line()}
                 rows.append(row)
                 common.emit(row, args.out)
