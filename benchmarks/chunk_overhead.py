@@ -1,0 +1,70 @@
+"""What the runner's compiled chunk program costs beyond the bare update: per-update time of each, same process.
+
+- ``bare``: ``program.update`` under ``jax.jit`` + ``lax.scan`` (what ``profile_update.py`` times as ``update``);
+- ``chunk``: ``program.make_chunk`` under ``jax.jit`` (``fori_loop`` over a traced update count, the finiteness flag
+  of ``rlpar.guard``, the evaluation branch not taken);
+- ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called as the runner does.
+
+    python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import common  # noqa: F401
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="Breakout-MinAtar")
+    parser.add_argument("--updates", type=int, default=4, help="updates per compiled call")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args(argv)
+
+    import jax
+    import numpy as np
+
+    from agents.ppo import PPOConfig
+    from rlpar import guard, parallel, program, registry, runner
+
+    k, config = args.updates, PPOConfig.for_env(args.env)
+    run_config = runner.RunConfig(env=args.env, compile_cache="off", log_every=k, devices=1)
+    prepared = runner._prepare(registry.get("ppo"), config, run_config, None, None)
+    state = runner._initial_state(prepared, config, run_config, None)
+    schedule = runner._Schedule([k], 0, run_config.eval_interval(config.num_updates), config.seed)
+    control = runner._control(schedule, k, 0, False)
+    one = jax.tree.map(lambda x: np.asarray(x)[0], parallel.rows_to_host(state))  # device 0's state, unmapped
+    per_device = prepared.make_program(None)
+
+    def seconds_per_update(fn, *fn_args) -> float:
+        jax.block_until_ready(fn(*fn_args))
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(fn(*fn_args))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times) / k
+
+    bare = jax.jit(lambda s: jax.lax.scan(lambda c, _: (per_device.update(c)[0], None), s, None, length=k)[0])
+    flagged = per_device._replace(update=guard.with_finite_flag(per_device.update, None))
+    chunk = jax.jit(program.make_chunk(flagged, k))
+
+    def make_step(axis_name):
+        built = prepared.make_program(axis_name)
+        return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), k)
+
+    shared = parallel.replicate(control, prepared.devices)
+    compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
+    rows = [("bare jit + scan(update)", seconds_per_update(bare, one)),
+            ("jit chunk program", seconds_per_update(chunk, one, control)),
+            ("the runner's compiled chunk (pmap, 1 device)", seconds_per_update(lambda s: compiled(s, shared), state))]
+    for name, seconds in rows:
+        print(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
