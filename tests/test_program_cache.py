@@ -175,6 +175,9 @@ def test_runs_are_cacheable_from_ids_and_files_not_from_instances(tmp_path):
         other = prepare(config.replace(hidden_sizes=(16,)))
         elsewhere = prepare(run_dir=str(tmp_path / "r"), checkpoint_every=1)
         assert other.programs.key("init") != by_id.programs.key("init")  # another config: another program
+        two_devices = prepare(devices=2)
+        assert two_devices.programs.key("init") != by_id.programs.key("init")  # another device count: another one
+        assert prepare(backend="shard_map").programs.key("init") != by_id.programs.key("init")
         assert elsewhere.programs.key("init") == by_id.programs.key("init")  # where it writes: the same program
         assert prepare(compile_cache="off").programs is None
     finally:
