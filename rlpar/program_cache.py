@@ -51,7 +51,8 @@ MAX_BYTES = 512 * 2**20
 MAX_MARKERS = 256
 VERSION = 1  # of this file format and key; bump to orphan every entry
 _directory: list[Path | None] = [None]
-_CONFIG_SKIPPED = ("jax_compilation_cache", "jax_persistent_cache", "jax_explain_cache_misses")
+_CONFIG_SKIPPED = ("jax_compilation_cache", "jax_persistent_cache", "jax_explain_cache_misses",
+                   "jax_enable_compilation_cache")  # JAX's cache settings: they change no program
 
 
 def configure(directory: Path | None) -> None:
