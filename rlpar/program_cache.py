@@ -3,7 +3,7 @@
 JAX's persistent cache (``rlpar.compile_cache``) keys a program by its lowered HLO: a run must trace and lower its
 programs before it can look one up, and on a 2-core CPU that was most of the CartPole preset's 2 s warm "compile".
 This cache keys the compiled executable by what the HLO is made from instead, and loads it with
-``jax.experimental.serialize_executable`` before anything is traced. The key (``key``) covers:
+``jax.experimental.serialize_executable`` before anything is traced. The key (``snapshot``, then ``Snapshot.key`` per program) covers:
 
 - the code: every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``: path, size, modification time), the
   installed distributions and their versions (the ``*.dist-info`` names in site-packages; the standard library by
@@ -14,8 +14,9 @@ This cache keys the compiled executable by what the HLO is made from instead, an
 - jax's and jaxlib's versions, jax's configuration (every ``JAX_*`` setting but the cache's own), ``XLA_FLAGS``, the
   backend, its version and the host CPU's model and feature flags (the CPU backend compiles for the host);
 - the devices of the program (ids, kinds, processes);
-- the caller's description of the program: for the runner the agent, its config, the env id and kwargs, the run
-  settings that shape the program, the input shapes.
+- the caller's description of the programs: for the runner the agent, its config, the env id, kwargs and parameters,
+  and the run settings that shape a program (``rlpar.runner._describe``); each program's name (its inputs' shapes
+  follow from all of these).
 
 A program is stored only when this process compiled it. When JAX's cache supplied it instead (the same HLO under a new
 key: after an edit that changed nothing traced, an upgrade, another script), it is used but not stored (XLA:CPU
@@ -42,7 +43,7 @@ import sysconfig
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
-from jax.experimental import serialize_executable  # here, not at first use: importing it would change the snapshot
+from jax.experimental import serialize_executable
 
 SUBDIR = "programs"  # under the compilation cache's directory (JAX's own entries are files at its top level)
 SUFFIX = ".program"
