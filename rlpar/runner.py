@@ -203,8 +203,8 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     else:  # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
         with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
             pending = pool.submit(_initial_state, prepared, config, run_config, None)
-            compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared, run_config),
-                                           schedule, max_updates, hooks)
+            compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
+                                           max_updates, hooks)
             state = pending.result()
     records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
@@ -331,7 +331,7 @@ def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored)
     return compiled(seed, positions)
 
 
-def _state_shapes(prepared: _Prepared, run_config: RunConfig):
+def _state_shapes(prepared: _Prepared):
     """The initial state's shapes and shardings (``parallel.state_shapes_at``), for lowering before it exists."""
     seed = jax.ShapeDtypeStruct((), np.uint32)
     make_init = _seeded_init(prepared.make_program, len(prepared.devices))
