@@ -55,8 +55,7 @@ def enable(setting: str) -> Path | None:
     _listen()
     program_cache.configure(directory)
     if directory is None:
-        jax.config.update("jax_enable_compilation_cache", False)
-        compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
+        bypass_for_this_process()
         return None
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -76,14 +75,14 @@ def enable(setting: str) -> Path | None:
 
 
 def bypass_for_this_process() -> None:
-    """Compile this process's programs without JAX's cache (neither read nor written); ``rlpar.program_cache`` asks
-    for it, before anything compiles, when a run's programs came from JAX's cache last time and so could not be
-    stored whole."""
+    """Compile this process's programs without JAX's cache (neither read nor written): ``enable("off")``, and
+    ``rlpar.program_cache`` before anything compiles when a run's programs came from JAX's cache last time and so
+    could not be stored whole."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
     jax.config.update("jax_enable_compilation_cache", False)
-    compilation_cache.reset_cache()
+    compilation_cache.reset_cache()  # JAX decides once per process whether to use it: decide again
 
 
 def _listen() -> None:

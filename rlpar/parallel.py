@@ -231,11 +231,11 @@ def _without_leading_axis(tree: Any) -> Any:
 
 
 def _shard_map_init(init: Callable, devices: Sequence) -> Callable:
-    """``init(shared, key_device)`` as ``jit(shard_map)``: ``shared`` replicated, keys ``[D, 2]`` -> state
-    ``[D, ...]``."""
+    """``init(shared, row)`` as ``jit(shard_map)``: ``shared`` replicated, per-device rows ``[D, ...]`` (keys, or
+    positions) -> state ``[D, ...]``."""
 
-    def per_device(shared, key_block):  # key_block: [1, 2], this device's row
-        return _leading_axis(init(shared, _without_leading_axis(key_block)))
+    def per_device(shared, row_block):  # [1, ...]: this device's row
+        return _leading_axis(init(shared, _without_leading_axis(row_block)))
 
     spec = PartitionSpec(AXIS_NAME)
     return jax.jit(
@@ -295,12 +295,7 @@ def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, 
     _check_backend(backend)
     init = make_init(AXIS_NAME)
     if backend == "shard_map":
-        def per_device(shared, position_block):  # [1], this device's position
-            return _leading_axis(init(shared, position_block[0]))
-
-        spec = PartitionSpec(AXIS_NAME)
-        return jax.jit(jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(PartitionSpec(), spec),
-                                     out_specs=spec))
+        return _shard_map_init(init, devices)
     return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
 
