@@ -22,6 +22,7 @@ from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
 
 # id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
 _FACTORIES: dict[str, Callable[..., Any]] = {}
+_REGISTERED: set[str] = set()  # ids added (or replaced) by register: a user's code
 
 _ACCEPTED = (
     "a gymnax id, a probe id, an id added with envs.register, 'package.module:attribute' (a factory or an "
@@ -80,20 +81,14 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
     if not overwrite and (env_id in _FACTORIES or env_id in _gymnax_ids()):
         raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
     _FACTORIES[env_id] = factory
+    _REGISTERED.add(env_id)
 
 
-def made_from_files(env_id: str) -> bool:
-    """Whether everything ``make(env_id)`` builds is defined in files: a gymnax or suite id, a probe,
-    ``package.module:attribute``, or an id registered by a module with a file; not an id registered from an
-    interactive session. ``rlpar.program_cache`` keeps programs only for such envs: it tells code apart by its files.
-    """
-    if env_id in _FACTORIES:
-        module = sys.modules.get(getattr(_FACTORIES[env_id], "__module__", None) or "")
-    elif ":" in env_id:
-        module = sys.modules.get(env_id.partition(":")[0])
-    else:
-        return True
-    return module is not None and isinstance(vars(module).get("__file__"), str)
+def built_in(env_id: str) -> bool:
+    """Whether ``make(env_id)`` builds one of rlpar's own envs: a gymnax or suite id or a probe, not replaced by
+    ``register``; not ``package.module:attribute``, nor an id added with ``register``. ``rlpar.program_cache`` serves
+    saved programs only for these: their code reads nothing its key does not cover."""
+    return isinstance(env_id, str) and ":" not in env_id and env_id not in _REGISTERED
 
 
 def _is_env(obj: Any) -> bool:

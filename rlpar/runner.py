@@ -258,13 +258,14 @@ _NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "profile", "com
 
 def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
     """The settings the run's programs are made from (``rlpar.program_cache`` adds the code, versions and devices);
-    ``None`` when part of them is not code in files or settings: a multi-process run, an agent or env defined in an
-    interactive session."""
+    ``None`` unless the agent is one of rlpar's own and the env a built-in id (the code the cache's key covers, see
+    there), and for a multi-process run."""
     import envs
 
     module = sys.modules.get(getattr(agent.make, "__module__", None) or "")
-    if jax.process_count() > 1 or module is None or not isinstance(vars(module).get("__file__"), str) \
-            or not envs.registry.made_from_files(run_config.env):
+    module_file = vars(module).get("__file__") if module is not None else None
+    if jax.process_count() > 1 or not isinstance(module_file, str) or not program_cache.covered([module_file]) \
+            or not envs.registry.built_in(run_config.env):
         return None
     leaves, treedef = jax.tree.flatten(env_params)
     return {
