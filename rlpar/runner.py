@@ -23,8 +23,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, program, program_cache, rollout,
-                   rundir, seeds)
+from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, preemption, program, program_cache,
+                   rollout, rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -71,9 +71,13 @@ class RunConfig:
     init_timeout_s: int = _f(300, "multi-process: seconds to wait for every process to join")
     heartbeat_timeout_s: int = _f(100, "multi-process: seconds of silence after which a process is declared dead "
                                        "and the others exit with an error")
+    preemption_grace_s: int = _f(preemption.GRACE_S, "on SIGTERM or SIGUSR1 (a scheduler's notice): finish the "
+                                                     "chunk in progress, save a checkpoint and stop (exit "
+                                                     f"{preemption.EXIT_CODE}); after this many seconds, or a second "
+                                                     "signal, stop at once. 0 = leave those signals alone")
 
     def validate(self) -> "RunConfig":
-        for name in ("devices", "checkpoint_every"):
+        for name in ("devices", "checkpoint_every", "preemption_grace_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer, or 0 (see --help)")
@@ -184,10 +188,18 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     ``rlpar.rundir``). ``resume=True`` continues the run in ``run_dir`` from its newest complete checkpoint instead
     (``config`` and ``run_config`` must match it); the metrics and parameters it ends with are bit-identical to an
     uninterrupted run's. Raises ``ValueError`` (``CheckpointError``) for bad settings or a bad run dir before
-    compiling, ``guard.NonFiniteError`` if the loss or parameters stop being finite, and ``Interrupted`` on Ctrl-C.
+    compiling, ``guard.NonFiniteError`` if the loss or parameters stop being finite, ``Interrupted`` on Ctrl-C, and
+    ``preemption.Preempted`` after SIGTERM or SIGUSR1 (the chunk in progress finished, a checkpoint saved with a run
+    dir; ``run_config.preemption_grace_s``).
     """
     if on_log is not None:
         hooks = hooks._replace(on_log=on_log)
+    with preemption.Watch(run_config.preemption_grace_s) as watch:
+        return _run(agent, config, run_config, hooks, env, env_kwargs, resume, watch)
+
+
+def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any, env_kwargs: dict | None,
+         resume: bool, watch: preemption.Watch) -> TrainResult:
     prepared = _prepare(agent, config, run_config, env, env_kwargs)
     checkpoints, restored, logger = _open_run_dir(prepared, config, run_config, resume)
     done = restored.position.updates_done if restored is not None else 0
@@ -208,7 +220,7 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
             state = pending.result()
     records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
-        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices)
+        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch)
         state = _train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
@@ -253,7 +265,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
 
 # RunConfig fields that do not change the compiled programs: left out of their cache key
 _NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "profile", "compile_cache", "coordinator",
-                   "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
+                   "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s", "preemption_grace_s")
 
 
 def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
@@ -401,6 +413,7 @@ class _Outputs(NamedTuple):
     hooks: Hooks
     meta: dict
     devices: list  # for their memory statistics
+    watch: preemption.Watch | None = None  # SIGTERM / SIGUSR1 seen: stop after the chunk
 
 
 def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
@@ -410,6 +423,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
     startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
     done = schedule.done
     try:
+        _stop_if_preempted(out, run_config, done, saved=True)  # asked while compiling: nothing new to save
         for i, length in enumerate(schedule.lengths):
             evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
                                                           config.num_updates)
@@ -432,12 +446,28 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             if memory is not None:
                 record["memory"] = memory
             _finish_chunk(record, records, out)
-            if out.checkpoints is not None and _due(before, done, run_config.checkpoint_every, config.num_updates):
+            saved = out.checkpoints is not None and _due(before, done, run_config.checkpoint_every,
+                                                         config.num_updates)
+            if saved:
                 _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+            if done < config.num_updates:
+                _stop_if_preempted(out, run_config, done, saved, state)
     except KeyboardInterrupt:
         latest = out.checkpoints.latest() if out.checkpoints is not None else None
         raise Interrupted(done, latest, run_config.run_dir) from None
     return state
+
+
+def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, saved: bool, state: Any = None) -> None:
+    """Raise ``preemption.Preempted`` if any process was sent SIGTERM or SIGUSR1, after saving a checkpoint of
+    ``state`` at ``done`` unless ``saved`` (every process calls this after every chunk: in a multi-process run it is a
+    collective, so all of them stop after the same update)."""
+    if not preemption.agreed(out.watch):
+        return
+    if not saved and out.checkpoints is not None:
+        _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+    latest = out.checkpoints.latest() if out.checkpoints is not None else None
+    raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process")
 
 
 @contextlib.contextmanager
