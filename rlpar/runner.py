@@ -423,7 +423,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
     startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
     done = schedule.done
     try:
-        _stop_if_preempted(out, run_config, done, saved=True)  # asked while compiling: nothing new to save
+        _stop_if_preempted(out, run_config, done)  # asked while compiling: nothing new to save
         for i, length in enumerate(schedule.lengths):
             evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
                                                           config.num_updates)
@@ -451,22 +451,28 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             if saved:
                 _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
             if done < config.num_updates:
-                _stop_if_preempted(out, run_config, done, saved, state)
+                _stop_if_preempted(out, run_config, done, state, saved)
     except KeyboardInterrupt:
         latest = out.checkpoints.latest() if out.checkpoints is not None else None
         raise Interrupted(done, latest, run_config.run_dir) from None
     return state
 
 
-def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, saved: bool, state: Any = None) -> None:
+def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: Any = None,
+                       saved: bool = False) -> None:
     """Raise ``preemption.Preempted`` if any process was sent SIGTERM or SIGUSR1, after saving a checkpoint of
-    ``state`` at ``done`` unless ``saved`` (every process calls this after every chunk: in a multi-process run it is a
-    collective, so all of them stop after the same update)."""
+    ``state`` at ``done`` unless it was just ``saved`` (``state=None``: before the first chunk, nothing new to save).
+    Every process calls this after every chunk: in a multi-process run it is a collective, so all of them stop after
+    the same update."""
     if not preemption.agreed(out.watch):
         return
-    if not saved and out.checkpoints is not None:
-        _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
-    latest = out.checkpoints.latest() if out.checkpoints is not None else None
+    latest = None
+    if out.checkpoints is not None and state is not None:
+        if not saved:
+            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+        latest = done  # known here: a process other than 0 may return from the save before 0 commits it
+    elif out.checkpoints is not None:
+        latest = out.checkpoints.latest()
     raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process")
 
 
