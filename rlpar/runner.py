@@ -209,17 +209,10 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
     lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
     schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
     max_updates = min(run_config.log_every, config.num_updates)
-    if restored is not None or jax.process_count() > 1:
-        state = _initial_state(prepared, config, run_config, restored)
-        compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
-    else:  # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
-            pending = pool.submit(_initial_state, prepared, config, run_config, None)
-            compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
-                                           max_updates, hooks)
-            state = pending.result()
-    records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
+        with _building(agent, run_config):
+            compiled, compile_s, state = _build(prepared, config, run_config, restored, schedule, max_updates, hooks)
+        records = [] if restored is None else _previous_records(logger, run_config, restored)
         outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch)
         state = _train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
@@ -227,6 +220,21 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
             logger.close()
     params = getattr(state.agent, "params", state.agent)
     return TrainResult(parallel.first_replica(params), records, state, compile_s)
+
+
+def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: "_Schedule", max_updates: int,
+           hooks: Hooks):
+    """``(compiled chunk program, compile seconds, initial state)``."""
+    if restored is not None or jax.process_count() > 1:
+        state = _initial_state(prepared, config, run_config, restored)
+        compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
+        return compiled, compile_s, state
+    # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
+        pending = pool.submit(_initial_state, prepared, config, run_config, None)
+        compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
+                                       max_updates, hooks)
+        return compiled, compile_s, pending.result()
 
 
 def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None) -> _Prepared:
@@ -253,14 +261,50 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes)
-    agent.make(config, env, env_params, config.num_envs // len(devices), None)  # its own checks of the env, before
-    # the run dir is touched (e.g. agents.spaces: an action space the agent cannot take)
+    check_agent(agent, config, env, env_params, config.num_envs // len(devices))  # before the run dir is touched
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:
         meta["slots"] = slots.describe()
     description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
     return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+
+
+def check_agent(agent: AgentSpec, config, env, env_params, num_envs: int) -> None:
+    """Build the agent once, untraced, for its own checks of the env (e.g. ``agents.spaces``: an action space it
+    cannot take): a ``ValueError`` it raises stays as it is; anything else it raises, or a result that is no
+    ``rlpar.agent.Agent``, becomes a one-line ``ValueError`` naming the agent."""
+    from rlpar import errors
+    from rlpar.agent import Agent
+
+    try:
+        made = agent.make(config, env, env_params, num_envs, None)
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- a user's agent failed
+        raise errors.from_user_code(f"agent {agent.name!r}: make(config, env, ...)", err) from err
+    if not isinstance(made, Agent):
+        raise ValueError(f"agent {agent.name!r}: make returned {type(made).__name__}, not an rlpar.agent.Agent "
+                         "(init, initial_carry, act, bootstrap, learn, policy; rlpar.agent.AgentFunctions has them)")
+
+
+class BuildError(ValueError):
+    """Tracing or compiling the run's programs failed: most often a user's env or agent code raising while traced."""
+
+
+@contextlib.contextmanager
+def _building(agent: AgentSpec, run_config: RunConfig):
+    """Turn an error raised while the run's programs are traced and compiled into one ``BuildError`` line naming the
+    agent and env (the traceback stays attached: ``RLPAR_TRACEBACK=1``)."""
+    from rlpar import errors
+
+    try:
+        yield
+    except (KeyboardInterrupt, checkpoint.CheckpointError):
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise BuildError(str(errors.from_user_code(f"building the programs of agent {agent.name!r} on env "
+                                                   f"{run_config.env!r}", err))) from err
 
 
 # RunConfig fields that do not change the compiled programs: left out of their cache key

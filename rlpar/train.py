@@ -97,11 +97,13 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
     from rlpar import parallel
 
+    from rlpar.runner import check_agent
+
     env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
-    spec.make(config, env, env_params, config.num_envs // len(devices), None)
+    check_agent(spec, config, env, env_params, config.num_envs // len(devices))
     return devices
 
 
@@ -135,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(err, code: int) -> int:
-    print(f"error: {err}", file=sys.stderr)
-    return code
+    from rlpar import errors
+
+    return errors.fail(err, code)
 
 
 def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str | None) -> int:
