@@ -152,8 +152,7 @@ def program_environment() -> dict[str, str]:
 def covered(paths) -> bool:
     """Whether modules at ``paths`` are covered by a key: files of an installed distribution, of the standard
     library, or of rlpar's own packages."""
-    roots = _installed_roots() + _own_roots()
-    return all(_under(path, roots) for path in paths)
+    return not _outside(list(paths), _installed_roots() + _own_roots())
 
 
 def closed_run() -> str | None:
@@ -165,9 +164,21 @@ def closed_run() -> str | None:
         return "__main__ has no file (an interactive session or python -c)"
     if not (_under(main_file, _own_roots()) or _under(main_file, _script_roots())):
         return f"__main__ is {main_file}"
-    roots = _installed_roots() + _own_roots()
-    outside = sorted(path for path in loaded_modules().values() if not _under(path, roots))
+    outside = _outside(loaded_modules().values(), _installed_roots() + _own_roots())
     return f"{outside[0]} is loaded" if outside else None
+
+
+def _outside(paths, roots: list[Path]) -> list[str]:
+    """The ``paths`` under none of ``roots``, sorted; each directory resolved once (thousands of modules share a few
+    hundred), and only where the path as written is under none: 180 ms for a run's 2,600 modules otherwise."""
+    prefixes = tuple(str(root).rstrip(os.sep) + os.sep for root in roots)
+    inside: dict[str, bool] = {}
+    for path in paths:
+        folder = os.path.dirname(path)
+        if folder not in inside:  # as written first (no file system calls), else with links resolved
+            plain = (folder + os.sep).startswith(prefixes) and ".." not in folder.split(os.sep)
+            inside[folder] = plain or _under(folder, roots)
+    return sorted(path for path in paths if not inside[os.path.dirname(path)])
 
 
 def _script_roots() -> list[Path]:
