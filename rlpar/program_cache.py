@@ -274,7 +274,7 @@ def load(program_key: str | None, devices: list):
         with open(path, "rb") as file:
             entry = pickle.load(file)
         if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
-            _initialize_lapack()
+            initialize_lapack()
         compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client,
                                                              execution_devices=list(devices))
         os.utime(path)  # recently used: evicted last
@@ -283,7 +283,7 @@ def load(program_key: str | None, devices: list):
     return compiled
 
 
-def _initialize_lapack() -> None:
+def initialize_lapack() -> None:
     """Set up the CPU LAPACK kernels a program's custom calls name (as ``jax.export`` does before running a
     deserialized program): without it such a program crashes the process."""
     from jax._src.lax import linalg

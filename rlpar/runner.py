@@ -229,7 +229,11 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
         state = _initial_state(prepared, config, run_config, restored)
         compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
         return compiled, compile_s, state
-    # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
+    # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered. Tracing imports
+    # modules on first use, and two threads importing one module can deadlock: Python's import locks raised
+    # _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set up, for the
+    # orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread starts.
+    program_cache.initialize_lapack()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
         pending = pool.submit(_initial_state, prepared, config, run_config, None)
         compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
