@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-import common  # noqa: F401
+import common
 
 
 def main(argv=None) -> int:
@@ -58,6 +58,7 @@ def main(argv=None) -> int:
 
     shared = parallel.replicate(control, prepared.devices)
     compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
+    print(common.host_line(), flush=True)
     rows = [("bare jit + scan(update)", seconds_per_update(bare, one)),
             ("jit chunk program", seconds_per_update(chunk, one, control)),
             ("the runner's compiled chunk (pmap, 1 device)", seconds_per_update(lambda s: compiled(s, shared), state))]

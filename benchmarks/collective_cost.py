@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-import common  # noqa: F401
+import common
 from profile_update import median_seconds
 
 
@@ -62,6 +62,7 @@ def main(argv=None) -> int:
         "none (arithmetic only)": lambda t: t,
     }
     rows = lambda tree: jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)  # noqa: E731
+    print(common.host_line(), flush=True)
     print(f"{len(devices)} {devices[0].platform} devices, minibatch {args.minibatch}, PPO 64x64 actor-critic")
     for name, reduce in reductions.items():
         def steps(p, reduce=reduce):

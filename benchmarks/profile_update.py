@@ -28,7 +28,7 @@ import argparse
 import statistics
 import time
 
-import common  # noqa: F401
+import common
 
 
 def median_seconds(fn, *args, repeats: int) -> float:
@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     a = jax.random.normal(jax.random.PRNGKey(4), (size, size))
     t_matmul = median_seconds(jax.jit(lambda x: x @ x), a, repeats=args.repeats)
     peak = 2 * size**3 / t_matmul / 1e9
+    print(common.host_line(), flush=True)
     print(f"{args.env}, torso {config.torso}, hidden {config.hidden_sizes}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
           f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
     print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")
