@@ -158,7 +158,7 @@ class Hooks(NamedTuple):
 
     on_log: Callable[[dict], None] | None = None  # each chunk's record
     on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
-    # ("resumed", {"update", "checkpoint"})
+    # ("restoring", {"run_dir"}), ("resumed", {"update", "checkpoint"})
     started_at: float | None = None
 
 
@@ -202,6 +202,8 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     if on_log is not None:
         hooks = hooks._replace(on_log=on_log)
     prepared = _prepare(agent, config, run_config, env, env_kwargs)
+    if resume and hooks.on_status:
+        hooks.on_status("restoring", {"run_dir": run_config.run_dir})
     checkpoints, restored, logger = _open_run_dir(prepared, config, run_config, resume)
     done = restored.position.updates_done if restored is not None else 0
     if restored is not None and hooks.on_status:
