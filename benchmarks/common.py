@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,6 +96,23 @@ def command_line() -> str:
     """The command that produced a record, as typed from the repository root."""
     script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
     return " ".join(["python", script, *sys.argv[1:]])
+
+
+def say(message: str) -> None:
+    """One progress line on stderr, named by the script (``[learning] row 2/6: ...``); stdout keeps the results."""
+    print(f"[{Path(sys.argv[0]).stem}] {message}", file=sys.stderr, flush=True)
+
+
+class Rows:
+    """Counts a script's rows as they start: ``rows.start("pqn, 2 devices")`` says
+    ``row 3/12: pqn, 2 devices (41s so far)`` on stderr, so a long benchmark tells how far it has got."""
+
+    def __init__(self, total: int):
+        self.total, self.started, self.t0 = total, 0, time.perf_counter()
+
+    def start(self, what: str) -> None:
+        self.started += 1
+        say(f"row {self.started}/{self.total}: {what} ({time.perf_counter() - self.t0:.0f}s so far)")
 
 
 def emit(record: dict, out: str | None) -> None:

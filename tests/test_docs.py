@@ -113,7 +113,8 @@ def test_the_readme_and_every_page_are_found():
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL_BLOCKS if b.mode is not None])
 def test_doc_block_runs(block: Block, tmp_path):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": python_path,
            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
            "MPLBACKEND": "Agg", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
     if block.language == "shell":

@@ -15,7 +15,8 @@ wandb_proto = pytest.importorskip("wandb.proto.wandb_internal_pb2", reason="need
                                   "pip install -e \".[wandb]\"")
 
 ARGV = ["ppo", "--env", "CartPole-v1", "--devices", "2", "--num-envs", "4", "--num-steps", "8",
-        "--total-timesteps", str(4 * 8 * 6), "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16,16",
+        "--total-timesteps", str(4 * 8 * 6), "--num-minibatches", "2", "--update-epochs", "1",
+        "--hidden-sizes", "16,16",
         "--log-every", "2", "--checkpoint-every", "2", "--eval-every", "4", "--eval-episodes", "4", "--num-seeds", "2",
         "--wandb", "--wandb-project", "rlpar-test"]
 
