@@ -130,3 +130,42 @@ def test_doc_block_runs(block: Block, tmp_path):
     proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S[block.mode])
     assert proc.returncode == 0, (f"{block.where} exited with {proc.returncode}:\n{script.read_text()}\n"
                                   f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_ANCHOR_ID = re.compile(r'<a id="([^"]+)"></a>')
+
+
+def anchors(path: Path) -> set[str]:
+    """The anchors a markdown file offers: GitHub's slug of each heading (lower case, punctuation but ``-`` and
+    ``_`` dropped, spaces to ``-``), and each ``<a id="...">``."""
+    text = path.read_text()
+    found = set(_ANCHOR_ID.findall(text))
+    in_code = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        elif not in_code and line.startswith("#"):
+            title = line.lstrip("#").strip().lower()
+            found.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return found
+
+
+def test_every_relative_link_reaches_a_file_and_anchor():
+    broken = []
+    for page in DOCUMENTS:
+        for target in _LINK.findall(page.read_text()):
+            if re.match(r"[a-z]+:", target):  # https:, mailto:
+                continue
+            file_part, _, anchor = target.partition("#")
+            linked = (page.parent / file_part).resolve() if file_part else page
+            if not linked.exists() or (anchor and linked.suffix == ".md" and anchor not in anchors(linked)):
+                broken.append(f"{page.relative_to(REPO)}: {target}")
+    assert not broken, broken
+
+
+def test_every_page_is_in_the_index_and_the_mkdocs_nav():
+    index, nav = (REPO / "docs" / "index.md").read_text(), (REPO / "mkdocs.yml").read_text()
+    pages = [p.name for p in sorted((REPO / "docs").glob("*.md")) if p.name != "index.md"]
+    assert [p for p in pages if f"]({p})" not in index] == []
+    assert [p for p in pages if f": {p}" not in nav] == []
