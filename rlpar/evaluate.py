@@ -7,8 +7,9 @@ undiscounted returns. A multi-seed or sweep run is evaluated slot by slot (``--s
 ``--gif FILE`` also renders the first episode: with gymnax's visualizer, or for the suites (Craftax, brax) with
 the suite's own renderer, which the env adapter provides as ``render_frames`` (at most ``SUITE_GIF_FRAMES``).
 Each step that can take a while (restoring the checkpoint, compiling and running the episodes, drawing the GIF's
-frames) says on stderr what it is doing and, where the amount is known, how far it has got; from Python, pass
-``say=print`` (or any ``str -> None``) to ``evaluate`` and ``write_gif`` for the same messages.
+frames) says what it is doing on stdout, as ``python -m rlpar.train`` does, and, where the amount is known, how far it
+has got; stderr carries only a one-line error. From Python, pass ``say=print`` (or any ``str -> None``) to
+``evaluate`` and ``write_gif`` for the same messages.
 """
 
 from __future__ import annotations
@@ -69,9 +70,9 @@ def _quiet(message: str) -> None:
     pass
 
 
-def say_on_stderr(message: str) -> None:
-    """The command line's progress messages: one line each on stderr."""
-    print(message, file=sys.stderr, flush=True)
+def say_on_stdout(message: str) -> None:
+    """The command line's progress messages: one line each on stdout (stderr is for the one-line error)."""
+    print(message, flush=True)
 
 
 def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0, say: Callable[[str], None] = _quiet) -> Policy:
@@ -312,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"{result.std:.2f} (min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
                   f"mean length {result.lengths.mean():.1f}", flush=True)
         if args.gif:
-            say_on_stderr(f"rendering {args.gif} ...")
-            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, say=say_on_stderr)
+            say_on_stdout(f"rendering {args.gif} ...")
+            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, say=say_on_stdout)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -322,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prefixed(prefix: str) -> Callable[[str], None]:
-    """``say_on_stderr`` with every message starting with ``prefix`` (which slot of several is being evaluated)."""
-    return lambda message: say_on_stderr(prefix + message)
+    """``say_on_stdout`` with every message starting with ``prefix`` (which slot of several is being evaluated)."""
+    return lambda message: say_on_stdout(prefix + message)
 
 
 def _slot_label(meta: dict, slot: int) -> str:
