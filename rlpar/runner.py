@@ -267,8 +267,8 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
 
 
 # RunConfig fields that do not change the compiled programs: left out of their cache key
-_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "wandb", "wandb_project", "profile", "compile_cache", "coordinator",
-                   "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
+_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "wandb", "wandb_project", "profile", "compile_cache",
+                   "coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
 
 
 def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
