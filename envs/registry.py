@@ -19,9 +19,11 @@ from envs.adapters import adapt_step
 from envs.deferred import import_gymnax
 from envs.probes import PROBES
 from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
+from rlpar.errors import from_user_code
 
 # id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
 _FACTORIES: dict[str, Callable[..., Any]] = {}
+_REGISTERED: set[str] = set()  # ids added (or replaced) by register: a user's code
 
 _ACCEPTED = (
     "a gymnax id, a probe id, an id added with envs.register, 'package.module:attribute' (a factory or an "
@@ -80,20 +82,14 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
     if not overwrite and (env_id in _FACTORIES or env_id in _gymnax_ids()):
         raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
     _FACTORIES[env_id] = factory
+    _REGISTERED.add(env_id)
 
 
-def made_from_files(env_id: str) -> bool:
-    """Whether everything ``make(env_id)`` builds is defined in files: a gymnax or suite id, a probe,
-    ``package.module:attribute``, or an id registered by a module with a file; not an id registered from an
-    interactive session. ``rlpar.program_cache`` keeps programs only for such envs: it tells code apart by its files.
-    """
-    if env_id in _FACTORIES:
-        module = sys.modules.get(getattr(_FACTORIES[env_id], "__module__", None) or "")
-    elif ":" in env_id:
-        module = sys.modules.get(env_id.partition(":")[0])
-    else:
-        return True
-    return module is not None and isinstance(vars(module).get("__file__"), str)
+def built_in(env_id: str) -> bool:
+    """Whether ``make(env_id)`` builds one of rlpar's own envs: a gymnax or suite id or a probe, not replaced by
+    ``register``; not ``package.module:attribute``, nor an id added with ``register``. ``rlpar.program_cache`` serves
+    saved programs only for these: their code reads nothing its key does not cover."""
+    return isinstance(env_id, str) and ":" not in env_id and env_id not in _REGISTERED
 
 
 def _is_env(obj: Any) -> bool:
@@ -109,7 +105,9 @@ def _from_spec(spec: str) -> Callable[..., Any] | Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"env {spec!r}: cannot import module {module_name!r} ({err}); accepted: {_ACCEPTED}") from None
+        raise ValueError(f"env {spec!r}: cannot import module {module_name!r} ({err}); accepted: {_ACCEPTED}") from err
+    except Exception as err:  # noqa: BLE001 -- the user's module failed while importing
+        raise from_user_code(f"env {spec!r}: importing module {module_name!r}", err, _ACCEPTED) from err
     try:
         return getattr(module, attr)
     except AttributeError:
@@ -134,13 +132,17 @@ def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
     if not callable(factory):
         raise ValueError(f"env {what}: {type(factory).__name__} is neither callable nor an environment; "
                          f"accepted: {_ACCEPTED}")
-    made = factory(**env_kwargs)
+    try:
+        made = factory(**env_kwargs)
+    except Exception as err:  # noqa: BLE001 -- a user's factory (or a suite's constructor) failed
+        raise from_user_code(f"env {what}: calling {getattr(factory, '__qualname__', type(factory).__name__)}"
+                             f"({', '.join(f'{k}=...' for k in env_kwargs)})", err, _ACCEPTED) from err
     if isinstance(made, tuple) and len(made) == 2 and _is_env(made[0]):
         return made
     if _is_env(made):
         return made, None
     raise ValueError(f"env {what}: the factory returned {type(made).__name__}, expected an environment instance "
-                     "or (env, env_params)")
+                     f"or (env, env_params); accepted: {_ACCEPTED}")
 
 
 def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
@@ -157,9 +159,9 @@ def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
         return _call_factory(repr(env), _from_spec(env), env_kwargs)
     suite = suites.suite_of(env)
     if suite is not None:
-        return suites.make(env, suite, **env_kwargs)
+        return _call_factory(repr(env), lambda **kwargs: suites.make(env, suite, **kwargs), env_kwargs)
     if env in _gymnax_ids():
-        return import_gymnax().make(env, **env_kwargs)
+        return _call_factory(repr(env), lambda **kwargs: import_gymnax().make(env, **kwargs), env_kwargs)
     raise _unknown(env)
 
 
@@ -188,9 +190,21 @@ def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env
         returns no environment, or a suite id whose extra is not installed (naming the pip command).
     """
     import_gymnax()
+    raw, made_params = _resolve(env, env_kwargs)
+    try:
+        return _wrap(raw, made_params, env_params, flatten)
+    except ValueError:  # already says what is wrong (e.g. a step that returns neither 5 nor 6 values)
+        raise
+    except Exception as err:  # noqa: BLE001 -- the env's own methods (params, spaces) failed
+        what = env if isinstance(env, str) else type(env).__name__
+        raise from_user_code(f"env {what!r}: checking its API (parameters, spaces, a step)", err,
+                             "an environment with gymnax's API (default_params, action_space, observation_space, "
+                             "reset, step)") from err
+
+
+def _wrap(raw, made_params, env_params, flatten):
     from gymnax.environments import spaces
 
-    raw, made_params = _resolve(env, env_kwargs)
     if env_params is None:
         env_params = raw.default_params if made_params is None else made_params
     wrapped = adapt_step(raw, env_params)

@@ -6,9 +6,8 @@ Train it from the command line, with every engine feature (devices, seeds, sweep
 
 or from Python::
 
-    from rlpar import runner
-    from examples.a2c import SPEC, A2CConfig
-    result = runner.train(SPEC, A2CConfig(), "CartPole-v1", devices=2)
+    from examples import a2c
+    result = a2c.train(a2c.A2CConfig(), "CartPole-v1", devices=2)   # or a2c.train() for the defaults
 
 The engine collects ``num_steps`` steps of every environment with ``act`` and calls ``learn`` once per update;
 ``learn`` takes one gradient step on the whole batch, averaged over devices with ``pmean``.
@@ -26,7 +25,7 @@ from flax import struct
 
 from agents.advantages import gae
 from agents.networks import ActorCritic, make_network
-from rlpar.agent import AgentConfig, AgentFunctions, AgentSpec, config_field
+from rlpar.agent import AgentConfig, AgentFunctions, AgentSpec, config_field, make_train
 from rlpar.collectives import pmean
 from rlpar.rollout import Experience
 
@@ -104,3 +103,4 @@ def make_a2c(config: A2CConfig, env, env_params, num_envs: int, axis_name: str |
 
 
 SPEC = AgentSpec(name="a2c", config_cls=A2CConfig, make=make_a2c)
+train = make_train(SPEC, default_env="CartPole-v1")  # train(config=None, env="CartPole-v1", **run_options)

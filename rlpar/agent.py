@@ -80,6 +80,28 @@ class AgentSpec(NamedTuple):
     make: Callable[..., Agent]  # make(config, env, env_params, num_envs, axis_name) -> Agent
 
 
+def make_train(spec: AgentSpec, default_env: str) -> Callable[..., Any]:
+    """The library entry point every agent package exports as ``train``:
+    ``train(config=None, env=default_env, **run_options) -> rlpar.runner.TrainResult``. ``config=None`` takes the env's preset where the config has presets (``config_cls.for_env(env)``, as the command
+    line does), else the config's defaults; a config you pass is used as it is. ``env`` is an id (``"CartPole-v1"``,
+    a registered id, ``"package.module:factory"``) or a gymnax-API environment instance (or ``(env, env_params)``).
+    ``run_options`` are ``rlpar.runner.RunConfig`` fields (``devices``, ``run_dir``, ``log_every``, ``num_seeds``,
+    ``sweep``, ``checkpoint_every``, ...) and ``on_log`` (called with each logged record). Bad settings raise a
+    one-line ``ValueError`` before anything compiles."""
+
+    def train(config=None, env=default_env, **run_options):
+        from rlpar import runner
+
+        if config is None:
+            for_env = getattr(spec.config_cls, "for_env", None)
+            config = for_env(env if isinstance(env, str) else "") if for_env else spec.config_cls()
+        return runner.train(spec, config, env, **run_options)
+
+    train.__doc__ = f"Train {spec.name} from Python (default env {default_env!r}); see ``rlpar.agent.make_train``."
+    train.__qualname__ = "train"
+    return train
+
+
 def config_field(default, help: str, *, sweepable: bool = False):  # noqa: A002 - the flag's help text
     """A config dataclass field with its ``--help`` text. ``sweepable=True`` declares that the agent uses the value
     only inside traced math (a learning rate, a coefficient, a discount), so ``--sweep FIELD=...`` may vmap over it:

@@ -175,6 +175,7 @@ class Checkpoints:
         if self.writer:
             _write_atomically(path / COMMIT_MARKER, json.dumps({"step": step}) + "\n")
             for old in self.committed_steps()[: -self.keep]:
+                (self.path(old) / COMMIT_MARKER).unlink()  # first: a kill mid-deletion leaves no marked remains
                 shutil.rmtree(self.path(old))
         return path
 

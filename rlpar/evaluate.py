@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from rlpar import rundir
+from rlpar import errors, rundir
 
 # Environment names gymnax 1.0's Visualizer can draw (gymnax/visualize/visualizer.py); others give a blank figure.
 GIF_ENVS = (
@@ -317,8 +317,7 @@ def main(argv: list[str] | None = None) -> int:
             frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, say=say_on_stdout)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return errors.fail(err, 2)
     return 0
 
 

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlpar import rundir
+from rlpar import errors, rundir
 from rlpar.progress import slot_label
 
 Y_FIELD = "episode_return"
@@ -210,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         path = plot(args.run_dirs, out)
     except ValueError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        return errors.fail(err, 2)
     except OSError as err:  # --out in a folder that cannot be written, ...
         print(f"error: could not write {out}: {err.strerror or err}", file=sys.stderr)
         return 2

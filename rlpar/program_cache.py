@@ -1,33 +1,53 @@
-"""Whole compiled programs kept by what they are made from, so a warm start neither traces, lowers nor compiles.
+"""Whole compiled programs kept under a key, so a warm start neither traces, lowers nor compiles: served only where
+the key provably covers everything the program is made from.
 
-JAX's persistent cache (``rlpar.compile_cache``) keys a program by its lowered HLO: a run must trace and lower its
-programs before it can look one up, and on a 2-core CPU that was most of the CartPole preset's 2 s warm "compile".
-This cache keys the compiled executable by what the HLO is made from instead, and loads it with
-``jax.experimental.serialize_executable`` before anything is traced. The key (``snapshot``, then ``Snapshot.key`` per program) covers:
+JAX's persistent cache (``rlpar.compile_cache``) keys a program by its lowered HLO, which is sound whatever Python
+built it, but a run must trace and lower its programs before it can look one up. On a 2-core CPU that is most of a
+warm start: the README command's programs load in 0.4 s from here and in 2.7 s through JAX's cache (warm whole command
+6.3 s against 8.7 s; ``benchmarks/README.md``, "Start-up"). This cache keys the compiled executable by what the HLO
+is made from instead, and loads it with ``jax.experimental.serialize_executable`` before anything is traced.
 
-- the code: every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``: path, size, modification time), the
-  installed distributions and their versions (the ``*.dist-info`` names in site-packages; the standard library by
-  Python's version), and every other loaded module's file (a user's agent, env or script; a package installed for
-  development with ``pip install -e``), so an edited, added, upgraded or installed file makes another key. Which
-  installed or standard modules happen to be loaded is left out (it varies with incidental code paths). A module first
-  imported while a program is traced (distrax is) must be one of the covered kinds, or the program is not stored;
-- jax's and jaxlib's versions, jax's configuration (every ``JAX_*`` setting but the cache's own), ``XLA_FLAGS``, the
-  backend, its version and the host CPU's model and feature flags (the CPU backend compiles for the host);
+Why not for every run. Tracing runs arbitrary Python: an env module may read a data file, an environment variable, a
+download cache or the clock when it is imported or built, and no list of files covers that (a user's env that read
+a JSON level file at import was served its old program after the file changed). Keying on the lowered program would
+be sound but costs the tracing and lowering this cache exists to skip, which is what JAX's cache already does. So a
+saved program is served, and stored, only for a *closed* run (``closed_run``), whose every input is known:
+
+- the process was started by rlpar's own command line (``__main__`` is ``rlpar.train`` or its console script) and
+  every module loaded when the key is taken is rlpar's own or an installed distribution's: no user script, notebook,
+  test module or ``pip install -e`` package of someone else's ran before the programs were built;
+- the agent is one of rlpar's (its ``make`` lives in rlpar's packages) and the env is built by rlpar's registry from
+  a built-in id (gymnax, the probes, the Craftax and brax suites): no ``module:attribute`` target, no id added by
+  ``envs.register``. That code reads no file but its package's own and no environment variable but those below;
+- a module first imported while a program is traced must be of the same kinds (``covered``), or it is not stored.
+
+Everything else (users' agents and envs, instances, library calls from a script, multi-process runs) still goes
+through JAX's cache, which keys on the HLO and so can never serve a stale program.
+
+The key (``snapshot``, then ``Snapshot.key`` per program) covers:
+
+- the code: the contents of every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``), and the installed
+  distributions with their versions (the ``*.dist-info`` names in site-packages; the standard library by Python's
+  version). A file edited inside site-packages in place, without reinstalling, is not noticed: use
+  ``--no-compile-cache`` (or ``pip install`` again) after such an edit;
+- the environment variables that the covered code reads or that steer JAX and XLA: every ``RLPAR_*`` (e.g.
+  ``RLPAR_PLAIN_LAYERS``, which chooses the layers traced), ``JAX_*``, ``XLA_*``, ``FLAX_*``, ``TF_*``, ``MUJOCO_*``
+  and ``PYTHONHASHSEED`` (``ENV_PREFIXES``), but those that only say where the cache is or how errors print;
+- jax's and jaxlib's versions, jax's configuration (every ``JAX_*`` setting but the cache's own), the backend, its
+  version and the host CPU's model and feature flags (the CPU backend compiles for the host);
 - the devices of the program (ids, kinds, processes);
 - the caller's description of the programs: for the runner the agent, its config, the env id, kwargs and parameters,
   and the run settings that shape a program (``rlpar.runner._describe``); each program's name (its inputs' shapes
   follow from all of these).
 
 A program is stored only when this process compiled it. When JAX's cache supplied it instead (the same HLO under a new
-key: after an edit that changed nothing traced, an upgrade, another script), it is used but not stored (XLA:CPU
-re-serializes such an executable without some of its functions), and a marker makes the next run with that key
-compile its programs without JAX's cache and store them: one slower run, then the fast start.
+key: after an edit that changed nothing traced, an upgrade), it is used but not stored (XLA:CPU re-serializes such an
+executable without some of its functions), and a marker makes the next run with that key compile its programs
+without JAX's cache and store them: one slower run, then the fast start.
 
-What a key cannot cover is not cached here: the runner passes ``None`` for an env given as an instance (its
-attributes are not code), an agent or env whose module has no file (an interactive session), a multi-process run.
-Those programs still go through JAX's cache. Entries are written to a temporary file and renamed, so processes may
-share the directory; beyond ``MAX_BYTES`` the least recently used go first. A file that cannot be read or loaded is
-a miss, never an error. Only load a directory you trust: loading an executable runs its code.
+Entries are written to a temporary file and renamed, so processes may share the directory; beyond ``MAX_BYTES`` the
+least recently used go first. A file that cannot be read or loaded is a miss, never an error. Only load a directory
+you trust: loading an executable runs its code.
 """
 
 from __future__ import annotations
@@ -50,10 +70,16 @@ SUFFIX = ".program"
 MARKER = ".seen"  # a run whose programs came from JAX's cache, so were not stored: the next such run compiles them
 MAX_BYTES = 512 * 2**20
 MAX_MARKERS = 256
-VERSION = 1  # of this file format and key; bump to orphan every entry
+VERSION = 2  # of this file format and key; bump to orphan every entry
 _directory: list[Path | None] = [None]
 _CONFIG_SKIPPED = ("jax_compilation_cache", "jax_persistent_cache", "jax_explain_cache_misses",
                    "jax_enable_compilation_cache")  # JAX's cache settings: they change no program
+# Environment variables in the key: those the covered code reads (rlpar's own, flax's configuration, MuJoCo's
+# renderer), those that steer JAX and XLA, and the hash seed (set iteration order while tracing). Found by reading
+# rlpar's packages and the installed suites for ``os.environ`` and ``getenv``.
+ENV_PREFIXES = ("RLPAR_", "JAX_", "XLA_", "FLAX_", "TF_", "MUJOCO_", "LIBTPU_", "TPU_")
+ENV_NAMES = ("PYTHONHASHSEED",)
+ENV_NOT_IN_PROGRAM = ("RLPAR_CACHE_DIR", "RLPAR_TRACEBACK")  # where the cache is, how errors print
 
 
 def configure(directory: Path | None) -> None:
@@ -96,21 +122,17 @@ def loaded_modules() -> dict[str, str]:
     return files
 
 
-def _stat(path: str):
+def _digest(path: Path) -> str | None:
     try:
-        stat = os.stat(path)
+        return hashlib.sha256(path.read_bytes()).hexdigest()
     except OSError:
         return None
-    return stat.st_size, stat.st_mtime_ns
 
 
-def code_fingerprint(modules: dict[str, str]) -> dict:
-    """What programs traced in this process are made from, as far as files tell (module docstring); ``modules``:
-    ``loaded_modules()``."""
-    own = []
-    for root in _own_roots():
-        for path in sorted(root.rglob("*.py")):
-            own.append((str(path), _stat(str(path))))
+def code_fingerprint() -> dict:
+    """What the programs of a closed run are made from, as far as files tell: the contents of rlpar's own files and
+    the installed distributions' names and versions (module docstring)."""
+    own = [(str(path), _digest(path)) for root in _own_roots() for path in sorted(root.rglob("*.py"))]
     installed = []
     for root in _installed_roots():
         try:
@@ -118,16 +140,50 @@ def code_fingerprint(modules: dict[str, str]) -> dict:
         except OSError:
             continue
         installed.append((str(root), sorted(n for n in names if n.endswith((".dist-info", ".egg-info")))))
-    roots = _installed_roots() + _own_roots()
-    others = sorted((name, path, _stat(path)) for name, path in modules.items() if not _under(path, roots))
-    return {"own": own, "installed": installed, "modules": others}
+    return {"own": own, "installed": installed}
+
+
+def program_environment() -> dict[str, str]:
+    """The environment variables in the key (``ENV_PREFIXES``, ``ENV_NAMES``), by name."""
+    return {name: value for name, value in sorted(os.environ.items())
+            if (name.startswith(ENV_PREFIXES) or name in ENV_NAMES) and name not in ENV_NOT_IN_PROGRAM}
 
 
 def covered(paths) -> bool:
-    """Whether modules at ``paths`` (imported after a key was taken) are covered by that key anyway: files of an
-    installed distribution, of the standard library, or of rlpar's own packages."""
-    roots = _installed_roots() + _own_roots()
-    return all(_under(path, roots) for path in paths)
+    """Whether modules at ``paths`` are covered by a key: files of an installed distribution, of the standard
+    library, or of rlpar's own packages."""
+    return not _outside(list(paths), _installed_roots() + _own_roots())
+
+
+def closed_run() -> str | None:
+    """``None`` when this process is closed (module docstring): started by rlpar's command line, with nothing but
+    rlpar's own and installed modules loaded; else why not, e.g. ``"__main__ is /home/me/train_it.py"``."""
+    main = sys.modules.get("__main__")
+    main_file = vars(main).get("__file__") if main is not None else None
+    if not isinstance(main_file, str):
+        return "__main__ has no file (an interactive session or python -c)"
+    if not (_under(main_file, _own_roots()) or _under(main_file, _script_roots())):
+        return f"__main__ is {main_file}"
+    outside = _outside(loaded_modules().values(), _installed_roots() + _own_roots())
+    return f"{outside[0]} is loaded" if outside else None
+
+
+def _outside(paths, roots: list[Path]) -> list[str]:
+    """The ``paths`` under none of ``roots``, sorted; each directory resolved once (thousands of modules share a few
+    hundred), and only where the path as written is under none: 180 ms for a run's 2,600 modules otherwise."""
+    prefixes = tuple(str(root).rstrip(os.sep) + os.sep for root in roots)
+    inside: dict[str, bool] = {}
+    for path in paths:
+        folder = os.path.dirname(path)
+        if folder not in inside:  # as written first (no file system calls), else with links resolved
+            plain = (folder + os.sep).startswith(prefixes) and ".." not in folder.split(os.sep)
+            inside[folder] = plain or _under(folder, roots)
+    return sorted(path for path in paths if not inside[os.path.dirname(path)])
+
+
+def _script_roots() -> list[Path]:
+    return [Path(sysconfig.get_paths()["scripts"]).resolve(), Path(sys.executable).resolve().parent,
+            Path(sys.executable).absolute().parent]
 
 
 def _under(path: str, roots: list[Path]) -> bool:
@@ -167,12 +223,14 @@ class Snapshot(NamedTuple):
         return hashlib.sha256(f"{self.digest}/{program}".encode()).hexdigest()
 
 
-def snapshot(description: Any, devices: list) -> Snapshot | None:
-    """The ``Snapshot`` of programs made from ``description`` (JSON-able: what the caller builds them from) on
-    ``devices``, with everything else they depend on (module docstring); ``None`` when the cache is off or
-    ``description`` is ``None`` (not cacheable). Take it before tracing any of them, so that every run computes the
-    same keys: tracing imports modules (distrax on first use), loading a program does not."""
-    if _directory[0] is None or description is None:
+def snapshot(description: Any, devices: list, *, require_closed: bool = True) -> Snapshot | None:
+    """The ``Snapshot`` of programs made from ``description`` (JSON-able: what the caller builds them from, and
+    ``None`` when that is not only rlpar's own code and settings) on ``devices``, with everything else they depend on
+    (module docstring); ``None`` (nothing served or stored) when the cache is off, ``description`` is ``None``, or
+    the process is not a closed run (``closed_run``; ``require_closed=False`` skips that check, for tests of the
+    storage itself). Take it before tracing any of them, so that every run computes the same keys: tracing imports
+    modules (distrax on first use), loading a program does not."""
+    if _directory[0] is None or description is None or (require_closed and closed_run() is not None):
         return None
     import jax
     import jaxlib
@@ -186,9 +244,9 @@ def snapshot(description: Any, devices: list) -> Snapshot | None:
         "backend": (client.platform, client.platform_version, jax.process_count(), jax.device_count()),
         "versions": (jax.__version__, jaxlib.__version__, sys.version),
         "jax_config": _jax_settings(),
-        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "environment": program_environment(),
         "host": _host(),
-        "code": code_fingerprint(modules),
+        "code": code_fingerprint(),
     }
     text = json.dumps(parts, sort_keys=True, default=repr)
     snap = Snapshot(hashlib.sha256(text.encode()).hexdigest(), modules, list(devices))

@@ -6,9 +6,11 @@ The engine never imports this module or the agents; the CLI, evaluation and resu
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 from rlpar.agent import AgentSpec
+from rlpar.errors import from_user_code
 
 # name -> "module:attribute" of its AgentSpec, imported on first use
 AGENTS: dict[str, str] = {
@@ -18,6 +20,10 @@ AGENTS: dict[str, str] = {
     "dqn": "agents.dqn:SPEC",
     "sac": "agents.sac:SPEC",
 }
+
+
+def _accepted() -> str:
+    return f"known agents are {', '.join(names())}, or package.module:ATTR naming an rlpar.agent.AgentSpec"
 
 
 def names() -> list[str]:
@@ -34,20 +40,33 @@ def get(name: str) -> AgentSpec:
     saying what is accepted otherwise."""
     target = AGENTS.get(name, name if ":" in str(name) else None)
     if target is None:
-        raise ValueError(f"unknown agent {name!r}: known agents are {', '.join(names())}, or give "
-                         "package.module:ATTR naming an rlpar.agent.AgentSpec")
+        raise ValueError(f"unknown agent {name!r}: {_accepted()}")
     if isinstance(target, AgentSpec):
-        return target
+        return checked(target, name)
     module_name, _, attr = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"agent {name!r}: cannot import module {module_name!r} ({err})") from None
+        raise ValueError(f"agent {name!r}: cannot import module {module_name!r} ({err}); {_accepted()}") from err
+    except Exception as err:  # noqa: BLE001 -- the user's module failed while importing
+        raise from_user_code(f"agent {name!r}: importing module {module_name!r}", err, _accepted()) from err
     spec = getattr(module, attr, None)
     if not isinstance(spec, AgentSpec):
         found = "nothing" if spec is None else type(spec).__name__
         raise ValueError(f"agent {name!r}: {module_name}.{attr} is {found}, not an rlpar.agent.AgentSpec "
-                         "(AgentSpec(name, config_cls, make))")
+                         f"(AgentSpec(name, config_cls, make)); {_accepted()}")
+    return checked(spec, name)
+
+
+def checked(spec: AgentSpec, name: str) -> AgentSpec:
+    """``spec`` if its parts are what the engine needs (a dataclass config class, a callable ``make``); else a
+    ``ValueError`` naming the part."""
+    if not (isinstance(spec.config_cls, type) and dataclasses.is_dataclass(spec.config_cls)):
+        raise ValueError(f"agent {name!r}: its config_cls is {spec.config_cls!r}, not a dataclass (subclass "
+                         "rlpar.agent.AgentConfig as a frozen dataclass)")
+    if not callable(spec.make):
+        raise ValueError(f"agent {name!r}: its make is {type(spec.make).__name__}, not callable (make(config, env, "
+                         "env_params, num_envs, axis_name) -> rlpar.agent.Agent)")
     return spec
 
 

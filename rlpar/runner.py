@@ -23,8 +23,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, program, program_cache, rollout,
-                   rundir, seeds)
+from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, preemption, program, program_cache,
+                   rollout, rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -75,9 +75,13 @@ class RunConfig:
     init_timeout_s: int = _f(300, "multi-process: seconds to wait for every process to join")
     heartbeat_timeout_s: int = _f(100, "multi-process: seconds of silence after which a process is declared dead "
                                        "and the others exit with an error")
+    preemption_grace_s: int = _f(preemption.GRACE_S, "on SIGTERM or SIGUSR1 (a scheduler's notice): finish the "
+                                                     "chunk in progress, save a checkpoint and stop (exit "
+                                                     f"{preemption.EXIT_CODE}); after this many seconds, or a second "
+                                                     "signal, stop at once. 0 = leave those signals alone")
 
     def validate(self) -> "RunConfig":
-        for name in ("devices", "checkpoint_every"):
+        for name in ("devices", "checkpoint_every", "preemption_grace_s"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer, or 0 (see --help)")
@@ -197,10 +201,18 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     ``rlpar.rundir``). ``resume=True`` continues the run in ``run_dir`` from its newest complete checkpoint instead
     (``config`` and ``run_config`` must match it); the metrics and parameters it ends with are bit-identical to an
     uninterrupted run's. Raises ``ValueError`` (``CheckpointError``) for bad settings or a bad run dir before
-    compiling, ``guard.NonFiniteError`` if the loss or parameters stop being finite, and ``Interrupted`` on Ctrl-C.
+    compiling, ``guard.NonFiniteError`` if the loss or parameters stop being finite, ``Interrupted`` on Ctrl-C, and
+    ``preemption.Preempted`` after SIGTERM or SIGUSR1 (the chunk in progress finished, a checkpoint saved with a run
+    dir; ``run_config.preemption_grace_s``).
     """
     if on_log is not None:
         hooks = hooks._replace(on_log=on_log)
+    with preemption.Watch(run_config.preemption_grace_s) as watch:
+        return _run(agent, config, run_config, hooks, env, env_kwargs, resume, watch)
+
+
+def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any, env_kwargs: dict | None,
+         resume: bool, watch: preemption.Watch) -> TrainResult:
     prepared = _prepare(agent, config, run_config, env, env_kwargs)
     if resume and hooks.on_status:
         hooks.on_status("restoring", {"run_dir": run_config.run_dir})
@@ -212,24 +224,32 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
     lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
     schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
     max_updates = min(run_config.log_every, config.num_updates)
-    if restored is not None or jax.process_count() > 1:
-        state = _initial_state(prepared, config, run_config, restored)
-        compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
-    else:  # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
-        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
-            pending = pool.submit(_initial_state, prepared, config, run_config, None)
-            compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
-                                           max_updates, hooks)
-            state = pending.result()
-    records = [] if restored is None else _previous_records(logger, run_config, restored)
     try:
-        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices)
+        with _building(agent, run_config):
+            compiled, compile_s, state = _build(prepared, config, run_config, restored, schedule, max_updates, hooks)
+        records = [] if restored is None else _previous_records(logger, run_config, restored)
+        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch)
         state = _train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
             logger.close()
     params = getattr(state.agent, "params", state.agent)
     return TrainResult(parallel.first_replica(params), records, state, compile_s)
+
+
+def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: "_Schedule", max_updates: int,
+           hooks: Hooks):
+    """``(compiled chunk program, compile seconds, initial state)``."""
+    if restored is not None or jax.process_count() > 1:
+        state = _initial_state(prepared, config, run_config, restored)
+        compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
+        return compiled, compile_s, state
+    # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
+        pending = pool.submit(_initial_state, prepared, config, run_config, None)
+        compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
+                                       max_updates, hooks)
+        return compiled, compile_s, pending.result()
 
 
 def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None) -> _Prepared:
@@ -256,8 +276,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes)
-    agent.make(config, env, env_params, config.num_envs // len(devices), None)  # its own checks of the env, before
-    # the run dir is touched (e.g. agents.spaces: an action space the agent cannot take)
+    check_agent(agent, config, env, env_params, config.num_envs // len(devices))  # before the run dir is touched
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1:
@@ -266,20 +285,59 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
 
 
+def check_agent(agent: AgentSpec, config, env, env_params, num_envs: int) -> None:
+    """Build the agent once, untraced, for its own checks of the env (e.g. ``agents.spaces``: an action space it
+    cannot take): a ``ValueError`` it raises stays as it is; anything else it raises, or a result that is no
+    ``rlpar.agent.Agent``, becomes a one-line ``ValueError`` naming the agent."""
+    from rlpar import errors
+    from rlpar.agent import Agent
+
+    try:
+        made = agent.make(config, env, env_params, num_envs, None)
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001 -- a user's agent failed
+        raise errors.from_user_code(f"agent {agent.name!r}: make(config, env, ...)", err) from err
+    if not isinstance(made, Agent):
+        raise ValueError(f"agent {agent.name!r}: make returned {type(made).__name__}, not an rlpar.agent.Agent "
+                         "(init, initial_carry, act, bootstrap, learn, policy; rlpar.agent.AgentFunctions has them)")
+
+
+class BuildError(ValueError):
+    """Tracing or compiling the run's programs failed: most often a user's env or agent code raising while traced."""
+
+
+@contextlib.contextmanager
+def _building(agent: AgentSpec, run_config: RunConfig):
+    """Turn an error raised while the run's programs are traced and compiled into one ``BuildError`` line naming the
+    agent and env (the traceback stays attached: ``RLPAR_TRACEBACK=1``)."""
+    from rlpar import errors
+
+    try:
+        yield
+    except (KeyboardInterrupt, checkpoint.CheckpointError):
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise BuildError(str(errors.from_user_code(f"building the programs of agent {agent.name!r} on env "
+                                                   f"{run_config.env!r}", err))) from err
+
+
 # RunConfig fields that do not change the compiled programs: left out of their cache key
 _NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "wandb", "wandb_project", "profile", "compile_cache",
-                   "coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")
+                   "coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s",
+                   "preemption_grace_s")
 
 
 def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
     """The settings the run's programs are made from (``rlpar.program_cache`` adds the code, versions and devices);
-    ``None`` when part of them is not code in files or settings: a multi-process run, an agent or env defined in an
-    interactive session."""
+    ``None`` unless the agent is one of rlpar's own and the env a built-in id (the code the cache's key covers, see
+    there), and for a multi-process run."""
     import envs
 
     module = sys.modules.get(getattr(agent.make, "__module__", None) or "")
-    if jax.process_count() > 1 or module is None or not isinstance(vars(module).get("__file__"), str) \
-            or not envs.registry.made_from_files(run_config.env):
+    module_file = vars(module).get("__file__") if module is not None else None
+    if jax.process_count() > 1 or not isinstance(module_file, str) or not program_cache.covered([module_file]) \
+            or not envs.registry.built_in(run_config.env):
         return None
     leaves, treedef = jax.tree.flatten(env_params)
     return {
@@ -415,6 +473,7 @@ class _Outputs(NamedTuple):
     hooks: Hooks
     meta: dict
     devices: list  # for their memory statistics
+    watch: preemption.Watch | None = None  # SIGTERM / SIGUSR1 seen: stop after the chunk
 
 
 def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
@@ -424,6 +483,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
     startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
     done = schedule.done
     try:
+        _stop_if_preempted(out, run_config, done)  # asked while compiling: nothing new to save
         for i, length in enumerate(schedule.lengths):
             evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
                                                           config.num_updates)
@@ -446,12 +506,34 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             if memory is not None:
                 record["memory"] = memory
             _finish_chunk(record, records, out)
-            if out.checkpoints is not None and _due(before, done, run_config.checkpoint_every, config.num_updates):
+            saved = out.checkpoints is not None and _due(before, done, run_config.checkpoint_every,
+                                                         config.num_updates)
+            if saved:
                 _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+            if done < config.num_updates:
+                _stop_if_preempted(out, run_config, done, state, saved)
     except KeyboardInterrupt:
         latest = out.checkpoints.latest() if out.checkpoints is not None else None
         raise Interrupted(done, latest, run_config.run_dir) from None
     return state
+
+
+def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: Any = None,
+                       saved: bool = False) -> None:
+    """Raise ``preemption.Preempted`` if any process was sent SIGTERM or SIGUSR1, after saving a checkpoint of
+    ``state`` at ``done`` unless it was just ``saved`` (``state=None``: before the first chunk, nothing new to save).
+    Every process calls this after every chunk: in a multi-process run it is a collective, so all of them stop after
+    the same update."""
+    if not preemption.agreed(out.watch):
+        return
+    latest = None
+    if out.checkpoints is not None and state is not None:
+        if not saved:
+            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+        latest = done  # known here: a process other than 0 may return from the save before 0 commits it
+    elif out.checkpoints is not None:
+        latest = out.checkpoints.latest()
+    raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process")
 
 
 @contextlib.contextmanager

@@ -97,11 +97,13 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
     from rlpar import parallel
 
+    from rlpar.runner import check_agent
+
     env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
-    spec.make(config, env, env_params, config.num_envs // len(devices), None)
+    check_agent(spec, config, env, env_params, config.num_envs // len(devices))
     return devices
 
 
@@ -135,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _fail(err, code: int) -> int:
-    print(f"error: {err}", file=sys.stderr)
-    return code
+    from rlpar import errors
+
+    return errors.fail(err, code)
 
 
 def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str | None) -> int:
@@ -144,6 +147,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
 
     from rlpar import parallel
     from rlpar.guard import NonFiniteError
+    from rlpar.preemption import EXIT_CODE, Preempted
     from rlpar.runner import Interrupted
 
     say = print if parallel.is_primary() else (lambda *args, **kwargs: None)  # only process 0 prints
@@ -160,6 +164,9 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
     except KeyboardInterrupt:  # before training started (compiling, restoring): nothing was saved by this run
         print("interrupted before the first update; nothing of this run was saved", file=sys.stderr, flush=True)
         return 130
+    except Preempted as stop:
+        print(_preempted_line(stop), file=sys.stderr, flush=True)
+        return EXIT_CODE
     except Interrupted as stop:
         saved = f"update {stop.checkpoint_update}" if stop.checkpoint_update is not None else "none"
         how = (f"; continue with: {_prog()} --resume {stop.run_dir}" if stop.run_dir and stop.checkpoint_update
@@ -168,6 +175,16 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
         return 130
     say(_done_line(result, run_config), flush=True)
     return 0
+
+
+def _preempted_line(stop) -> str:
+    """What a run stopped by SIGTERM or SIGUSR1 prints: where it stopped and how to continue."""
+    if stop.checkpoint_update is None:
+        why = "no --run-dir" if not stop.run_dir else "checkpoints are off (--checkpoint-every 0)"
+        return f"preempted at update {stop.update} ({stop.signal_name}); nothing saved: {why}"
+    saved = ("checkpoint saved" if stop.checkpoint_update == stop.update
+             else f"newest checkpoint: update {stop.checkpoint_update}")
+    return f"preempted at update {stop.update}; {saved}; continue with: {_prog()} --resume {stop.run_dir}"
 
 
 def _slot_labels(run_config: RunConfig) -> list[str] | None:

@@ -312,3 +312,45 @@ def test_resume_takes_the_multi_process_flags_and_splits_the_devices_among_the_p
         resume.expand(["--resume", str(tiny_run_dir), "--num-processes", "3"])
     with pytest.raises(ValueError, match="only the multi-process flags may be given again.*drop --num-envs 2$"):
         resume.expand(["--resume", str(tiny_run_dir), "--process-id", "2", "--num-envs", "2"])
+
+
+def test_sigterm_to_one_process_stops_both_after_the_same_update_and_they_resume_together(tmp_path):
+    # A scheduler may signal one task first: process 1 gets SIGTERM, process 0 none. After each chunk the processes
+    # agree whether any was signalled, so both stop after the same update, save that checkpoint together and exit 75.
+    config = CONFIG.replace(total_timesteps=8 * 16 * 60)  # 60 updates of one chunk each: time for the signal
+    run_dir = tmp_path / "run"
+    flags = ["--env", "CartPole-v1", "--log-every", "1", "--checkpoint-every", "1000", "--eval-every", "0",
+             "--run-dir", str(run_dir), *_config_flags(config)]
+    port = _free_port()
+    first = {f"first{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", *flags,
+                                  *_process_flags(port, i, heartbeat_timeout_s=30)], tmp_path, f"first{i}",
+                                 extra_env={"PYTHONPATH": str(REPO)})
+             for i in range(2)}
+    try:
+        deadline = time.monotonic() + PROCESS_DEADLINE_S
+        metrics = run_dir / rundir.METRICS
+        while (not metrics.exists() or len(metrics.read_text().splitlines()) < 2) and time.monotonic() < deadline \
+                and all(p.poll() is None for p in first.values()):
+            time.sleep(0.05)
+        first["first1"].send_signal(signal.SIGTERM)
+        reference = run(agents.ppo.SPEC, config, RunConfig(env="CartPole-v1", devices=4, log_every=1, eval_every=0))
+    finally:
+        _wait_all(first, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
+    for name, proc in first.items():
+        assert proc.returncode == 75, f"{name}:\n{_output(tmp_path, name)}"
+    [stopped] = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS).committed_steps()
+    assert 2 <= stopped < 60 and len((run_dir / rundir.METRICS).read_text().splitlines()) == stopped
+    for i in range(2):
+        assert f"preempted at update {stopped}; checkpoint saved" in (tmp_path / f"first{i}.err").read_text()
+
+    port = _free_port()
+    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.train", "--resume", str(run_dir),
+                                      *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
+               for i in range(2)}
+    _wait_all(resumed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
+    for name, proc in resumed.items():
+        assert proc.returncode == 0, f"{name} failed:\n{_output(tmp_path, name)}"
+    checkpoints = checkpoint.Checkpoints(run_dir / rundir.CHECKPOINTS)
+    assert checkpoints.committed_steps() == [stopped, 60]
+    expected = parallel.rows_to_host(reference.state)
+    _assert_states_close(checkpoints.restore(60, template=expected).state, expected, "2 processes, preempted")

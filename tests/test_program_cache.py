@@ -30,7 +30,7 @@ def cache_dir(tmp_path):
 
 
 def _snapshot(description="one"):
-    return program_cache.snapshot(description, jax.devices()[:1])
+    return program_cache.snapshot(description, jax.devices()[:1], require_closed=False)  # pytest is not a closed run
 
 
 def _compiler(fn, *args):
@@ -90,18 +90,41 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(cache_dir):
     assert program_cache.load_or_compile("p", compile, snap)[1]  # the rewritten entry loads
 
 
-def test_an_edited_module_file_changes_the_key(cache_dir, tmp_path, monkeypatch):
-    module = tmp_path / "user_code_for_cache.py"
+def test_an_edited_file_of_rlpar_changes_the_key_even_at_the_same_size_and_time(cache_dir, tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    module = package / "code.py"
     module.write_text("SCALE = 2.0\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    import user_code_for_cache  # noqa: F401 -- loaded, so its file is part of the key
-
+    monkeypatch.setattr(program_cache, "_own_roots", lambda: [package])
     before = _snapshot()
-    module.write_text("SCALE = 3.0\n# edited\n")  # another size (and modification time)
+    stat = module.stat()
+    module.write_text("SCALE = 3.0\n")  # the same size
+    os.utime(module, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the same modification time: only the bytes
     after = _snapshot()
     assert before.key("p") != after.key("p")
     assert _snapshot().key("p") == after.key("p")  # and stable while nothing changes
-    del sys.modules["user_code_for_cache"]
+
+
+def test_environment_variables_that_shape_programs_change_the_key(cache_dir, monkeypatch):
+    monkeypatch.delenv("RLPAR_PLAIN_LAYERS", raising=False)
+    base = _snapshot().key("p")
+    monkeypatch.setenv("RLPAR_PLAIN_LAYERS", "1")  # chooses the layers traced
+    plain = _snapshot().key("p")
+    monkeypatch.setenv("FLAX_SOME_FLAG", "1")  # read by flax's configuration
+    flax_flag = _snapshot().key("p")
+    assert len({base, plain, flax_flag}) == 3
+    monkeypatch.setenv("RLPAR_TRACEBACK", "1")  # how errors print: not a program's input
+    monkeypatch.setenv("SOMETHING_ELSE", "x")
+    assert _snapshot().key("p") == flax_flag
+
+
+def test_only_a_process_started_by_rlpars_command_line_with_nothing_else_loaded_is_closed(cache_dir):
+    assert "is loaded" in program_cache.closed_run() or "__main__" in program_cache.closed_run()  # pytest, tests
+    assert program_cache.snapshot("one", jax.devices()[:1]) is None  # so nothing is served here
+    code = "from rlpar import program_cache; print(program_cache.closed_run())"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    script = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert script.stdout.startswith("__main__ has no file"), script.stderr[-2000:]
 
 
 def test_a_module_first_imported_while_compiling_is_stored_only_if_the_key_covers_it(cache_dir, tmp_path, monkeypatch):
@@ -147,7 +170,7 @@ def test_a_program_with_lapack_calls_runs_when_loaded_in_a_fresh_process(tmp_pat
         from rlpar import program_cache
         program_cache.configure({str(tmp_path)!r})
         x = jnp.asarray([[2.0, 1.0], [1.0, 3.0]])
-        snap = program_cache.snapshot("qr", jax.devices()[:1])
+        snap = program_cache.snapshot("qr", jax.devices()[:1], require_closed=False)
         compiled, loaded = program_cache.load_or_compile(
             "qr", lambda: jax.jit(lambda m: jnp.linalg.qr(m)[1]).lower(x).compile(), snap)
         print(loaded, np.round(np.abs(np.asarray(compiled(x))), 4).tolist())
@@ -160,18 +183,26 @@ def test_a_program_with_lapack_calls_runs_when_loaded_in_a_fresh_process(tmp_pat
     assert runs[0].stdout.split(" ", 1)[1] == runs[1].stdout.split(" ", 1)[1]
 
 
-def test_runs_are_cacheable_from_ids_and_files_not_from_instances(tmp_path):
+def test_only_rlpars_agents_on_built_in_env_ids_are_cacheable(tmp_path, monkeypatch):
     import gymnax
 
+    import envs
+    from examples.a2c import SPEC as A2C, A2CConfig
+
+    monkeypatch.setattr(program_cache, "closed_run", lambda: None)  # as if started by rlpar's command line
     config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=96, num_minibatches=2, hidden_sizes=(8,))
 
-    def prepare(config=config, env=None, **run):
+    def prepare(config=config, env=None, spec=agents.ppo.SPEC, **run):
         run = {"devices": 1, "compile_cache": str(tmp_path), **run}
-        return runner._prepare(agents.ppo.SPEC, config, RunConfig(**run), env, None)
+        return runner._prepare(spec, config, RunConfig(**run), env, None)
 
     try:
         by_id, instance = prepare(), prepare(env=gymnax.make("CartPole-v1")[0])
         assert by_id.programs is not None and instance.programs is None  # an instance's attributes are not code
+        assert prepare(env="envs.probe_envs:OneStep").programs is None  # module:attribute: a user's target
+        envs.register("CartPole-mine", lambda: gymnax.make("CartPole-v1"))
+        assert prepare(env="CartPole-mine").programs is None  # an id a user's code added
+        assert prepare(A2CConfig(num_envs=4, num_steps=8, total_timesteps=96), spec=A2C).programs is None
         other = prepare(config.replace(hidden_sizes=(16,)))
         elsewhere = prepare(run_dir=str(tmp_path / "r"), checkpoint_every=1)
         assert other.programs.key("init") != by_id.programs.key("init")  # another config: another program
@@ -181,11 +212,13 @@ def test_runs_are_cacheable_from_ids_and_files_not_from_instances(tmp_path):
         assert elsewhere.programs.key("init") == by_id.programs.key("init")  # where it writes: the same program
         assert prepare(compile_cache="off").programs is None
     finally:
+        envs.registry._FACTORIES.pop("CartPole-mine", None)
+        envs.registry._REGISTERED.discard("CartPole-mine")
         compile_cache.enable("off")  # as the suite runs (conftest)
 
 
-def _train(cwd: Path, *flags: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+def _train(cwd: Path, *flags: str, **environment: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **environment}
     env.pop("RLPAR_CACHE_DIR", None)
     proc = subprocess.run([sys.executable, "-m", "rlpar.train", *flags], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
@@ -207,6 +240,73 @@ def test_a_warm_cli_run_loads_the_saved_programs_and_trains_bit_identically(tmp_
     assert _metrics(tmp_path / "one") == _metrics(tmp_path / "two")  # every logged number, bit for bit
     third = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--gamma", "0.9")  # another config
     assert "compiled in" in third and "from the compilation cache" not in third
+    # The layers' switch flipped: another program (it was once served the fast path's), the one a fresh compile gives
+    plain = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "plain", RLPAR_PLAIN_LAYERS="1")
+    assert "compiled in" in plain and "saved program" not in plain
+    _train(tmp_path, "ppo", *TINY, "--no-compile-cache", "--run-dir", "fresh", RLPAR_PLAIN_LAYERS="1")
+    assert _metrics(tmp_path / "plain") == _metrics(tmp_path / "fresh")
+
+
+# A user's env whose reward comes from a data file read at import, an environment variable and a helper module; every
+# episode is one step, so the logged episode return is the reward: SCALE * FACTOR * BONUS.
+USER_ENV = """
+import json, os, pathlib
+import jax.numpy as jnp
+from flax import struct
+from gymnax.environments import environment, spaces
+import reward_helper
+
+SCALE = json.loads(pathlib.Path("level.json").read_text())["scale"]
+FACTOR = float(os.environ.get("LEVEL_FACTOR", "1"))
+
+
+@struct.dataclass
+class State(environment.EnvState):
+    pass
+
+
+class Level(environment.Environment):
+    @property
+    def default_params(self):
+        return environment.EnvParams(max_steps_in_episode=10)
+
+    def reset_env(self, key, params):
+        return jnp.zeros(2), State(time=0)
+
+    def step_env(self, key, state, action, params):
+        reward = jnp.float32(SCALE * FACTOR * reward_helper.BONUS)
+        return jnp.zeros(2), State(time=state.time + 1), reward, jnp.bool_(True), {}
+
+    def is_terminated(self, state, params):
+        return jnp.bool_(True)
+
+    def action_space(self, params=None):
+        return spaces.Discrete(2)
+
+    def observation_space(self, params):
+        return spaces.Box(-1.0, 1.0, (2,), jnp.float32)
+"""
+
+
+def test_a_user_env_trains_on_its_changed_data_file_environment_variable_and_helper_module(tmp_path):
+    (tmp_path / "level_env.py").write_text(USER_ENV)
+    (tmp_path / "level.json").write_text('{"scale": 2.0}')
+    (tmp_path / "reward_helper.py").write_text("BONUS = 1.0\n")
+    flags = ["ppo", "--env", "level_env:Level", "--num-envs", "4", "--num-steps", "4", "--total-timesteps", "32",
+             "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "2", "--eval-every", "0",
+             "--compile-cache", "cache"]
+
+    def returns(run_dir, **environment):
+        _train(tmp_path, *flags, "--run-dir", run_dir, **{"LEVEL_FACTOR": "1", **environment})
+        return {record["episode_return"] for record in _metrics(tmp_path / run_dir)}
+
+    assert returns("first") == {2.0}
+    (tmp_path / "level.json").write_text('{"scale": 3.0}')  # the data file: same module, same flags
+    assert returns("data") == {3.0}
+    assert returns("variable", LEVEL_FACTOR="5") == {15.0}  # an environment variable the env reads
+    (tmp_path / "reward_helper.py").write_text("BONUS = 7.0\n")  # a module the env imports
+    assert returns("helper", LEVEL_FACTOR="5") == {105.0}
+    assert not list((tmp_path / "cache" / program_cache.SUBDIR).glob("*.program"))  # JAX's cache served them
 
 
 def test_a_program_from_jax_cache_is_not_stored_and_the_next_run_compiles_and_stores_it(tmp_path):
@@ -219,7 +319,7 @@ def test_a_program_from_jax_cache_is_not_stored_and_the_next_run_compiles_and_st
         compile_cache.enable({str(tmp_path)!r})
         f = lambda x: jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) + i, jnp.concatenate([jnp.arange(8.0), x]))
         x = jnp.ones(4)
-        snap = program_cache.snapshot(sys.argv[1], jax.devices()[:1])
+        snap = program_cache.snapshot(sys.argv[1], jax.devices()[:1], require_closed=False)
         compiled, loaded = program_cache.load_or_compile("p", lambda: jax.jit(f).lower(x).compile(), snap)
         print(loaded, compile_cache.hits(), np.asarray(compiled(x)).round(4).tolist())
     """)

@@ -3,9 +3,10 @@
 from agents.ppo_rnn.config import RecurrentPPOConfig
 from agents.ppo_rnn.learner import RecurrentPPO, RecurrentPPOState, Sequences, make_ppo_rnn
 from agents.ppo_rnn.network import RecurrentActorCritic, unroll
-from rlpar.agent import AgentSpec
+from rlpar.agent import AgentSpec, make_train
 
 SPEC = AgentSpec(name="ppo_rnn", config_cls=RecurrentPPOConfig, make=make_ppo_rnn)
+train = make_train(SPEC, default_env="CartPole-v1")  # train(config=None, env="CartPole-v1", **run_options)
 
 __all__ = [
     "RecurrentActorCritic",
@@ -15,5 +16,6 @@ __all__ = [
     "SPEC",
     "Sequences",
     "make_ppo_rnn",
+    "train",
     "unroll",
 ]

@@ -12,24 +12,12 @@ from agents.pqn.config import PQNConfig
 from agents.pqn.learner import PQN, Batch, PQNState, make_pqn
 from agents.pqn.network import QNetwork, q_network
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
-from rlpar.agent import AgentSpec
+from rlpar.agent import AgentSpec, make_train
 
 SPEC = AgentSpec(name="pqn", config_cls=PQNConfig, make=make_pqn)
 
 
-def train(config: PQNConfig | None = None, env="CartPole-v1", *, devices: int = 0, run_dir: str = "",
-          log_every: int = 10, on_log=None, **run_options):
-    """Train PQN from Python; returns ``rlpar.runner.TrainResult`` (``.params``, ``.metrics``, ...).
-
-    ``config=None`` uses the env's preset (``PQNConfig.for_env(env)``, as the CLI does); a config you pass is used
-    as it is. ``env`` and the other arguments are as for ``agents.ppo.train``.
-    """
-    from rlpar import runner
-
-    if config is None:
-        config = PQNConfig.for_env(env if isinstance(env, str) else "")
-    return runner.train(SPEC, config, env, devices=devices, run_dir=run_dir, log_every=log_every, on_log=on_log,
-                        **run_options)
+train = make_train(SPEC, default_env="CartPole-v1")  # train(config=None, env="CartPole-v1", **run_options)
 
 
 __all__ = [

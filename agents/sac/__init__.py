@@ -8,20 +8,12 @@ from agents.sac.learner import SAC, LossInfo, SACOptState, SACParams, SACState, 
 from agents.sac.loss import (gaussian_log_prob, soft_q_targets, squashed_gaussian, squashed_gaussian_log_prob,
                              tanh_log_det)
 from agents.sac.networks import SquashedGaussianActor, TwinCritic
-from rlpar.agent import AgentSpec
+from rlpar.agent import AgentSpec, make_train
 
 SPEC = AgentSpec(name="sac", config_cls=SACConfig, make=make_sac)
 
 
-def train(config: SACConfig | None = None, env="Pendulum-v1", *, devices: int = 0, run_dir: str = "",
-          log_every: int = 10, on_log=None, **run_options):
-    """Train SAC from Python; returns ``rlpar.runner.TrainResult`` (``.params``: ``SACParams`` with the actor, the
-    critics and log alpha; ``.metrics``, ...). ``config=None`` uses ``SACConfig()``; ``env`` and ``run_options`` as
-    for ``agents.ppo.train``."""
-    from rlpar import runner
-
-    return runner.train(SPEC, config or SACConfig(), env, devices=devices, run_dir=run_dir, log_every=log_every,
-                        on_log=on_log, **run_options)
+train = make_train(SPEC, default_env="Pendulum-v1")  # train(config=None, env="Pendulum-v1", **run_options)
 
 
 __all__ = ["SAC", "SPEC", "LossInfo", "SACConfig", "SACOptState", "SACParams", "SACState", "SquashedGaussianActor",
