@@ -40,3 +40,15 @@ def test_every_host_record_carries_the_cpu():
     host = common.host_fields()
     assert host["cpu"] == common.cpu_description()
     assert host["cpu"] in common.host_line()
+
+
+def test_rows_say_which_row_has_started_and_how_many_there_are(capsys, monkeypatch):
+    monkeypatch.setattr(common.sys, "argv", ["benchmarks/learning.py"])
+    rows = common.Rows(2)
+    rows.start("CartPole-v1, rlpar ppo")
+    rows.start("CartPole-v1, rejax")
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert captured.out == "" and len(lines) == 2  # stdout keeps the JSON results
+    assert lines[0].startswith("[learning] row 1/2: CartPole-v1, rlpar ppo (") and lines[0].endswith("s so far)")
+    assert lines[1].startswith("[learning] row 2/2: CartPole-v1, rejax (")
