@@ -5,14 +5,14 @@ gradients up to float rounding from the same parameter tree, so checkpoints load
 
 ``Dense`` is ``nn.Dense``. Its fast path is ``dense``: autodiff of ``x @ kernel`` gives the kernel gradient as
 ``dot_general(x, g)`` contracting the batch axis of both, a matrix product with a transposed left operand, which
-XLA:CPU runs markedly slower than a plain product (figures: ``benchmarks/README.md``, "Measured history"). ``dense``
+XLA:CPU runs markedly slower than a plain product (figures: ``docs/benchmarks.md``, "Measured history"). ``dense``
 computes the same gradient from an explicitly transposed copy of ``x`` (an optimisation barrier keeps XLA
 from folding the transpose back into the product). Being a ``jax.custom_vjp``, it has no forward-mode rule: ``jax.jvp``
 and ``jax.hessian`` need the plain path.
 
 ``Conv3x3`` is ``nn.Conv(features, (3, 3), padding="SAME")``. Its fast path is a dense layer over 3x3 patches
 (``patches3x3``) with the kernel reshaped to ``[9 C, features]``: XLA:CPU runs convolutions inside loops (every
-training step here runs inside ``lax.scan``) several times slower than the equal matmul (``benchmarks/README.md``).
+training step here runs inside ``lax.scan``) several times slower than the equal matmul (``docs/benchmarks.md``).
 
 Both fast paths were measured on float32 only; a layer whose computation dtype is anything else (bf16, say) takes the
 plain path whatever the switch says.

@@ -134,9 +134,18 @@ def main() -> int:
     if unknown:
         parser.error(f"--agents: unknown {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
     rows = []
+    devices = [int(d) for d in args.devices.split(",")]
+    progress = common.Rows(args.rounds * len(agents) * (len(devices) + 1))
+
+    def started(what, fn, *fn_args):
+        progress.start(what)
+        return fn(*fn_args)
+
     for round_ in range(args.rounds):
         for agent in agents:
-            runs = [run_rlpar(agent, int(d)) for d in args.devices.split(",")] + [run_rejax(agent)]
+            where = f"round {round_ + 1}/{args.rounds}, {agent}"
+            runs = [started(f"{where}, rlpar on {d} device(s)", run_rlpar, agent, d) for d in devices]
+            runs.append(started(f"{where}, rejax", run_rejax, agent))
             for run in filter(None, runs):
                 row = {"benchmark": "agents_vs_rejax", "agent": agent, "env": CONFIGS[agent][0], "round": round_,
                        **run, **common.host_fields()}

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import common  # noqa: F401  (puts the repository root on sys.path)
+import common  # also puts the repository root on sys.path
 from common import command_line, emit, platform_fields, sps_stats
 
 
@@ -31,8 +31,10 @@ def measure(config, run_config, backends: list[str], runs: int) -> dict[str, dic
     from rlpar.runner import run
 
     timings = {b: {"seconds_per_step": [], "compile_s": []} for b in backends}
-    for _ in range(runs):
+    progress = common.Rows(runs * len(backends))
+    for i in range(runs):
         for backend in backends:
+            progress.start(f"run {i + 1}/{runs}, --backend {backend}")
             result = run(agents.ppo.SPEC, config, dataclasses.replace(run_config, backend=backend))
             timings[backend]["seconds_per_step"] += chunk_seconds_per_step(result.metrics)
             timings[backend]["compile_s"].append(round(result.compile_s, 3))

@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-import common  # noqa: F401
+import common
 
 
 def main(argv=None) -> int:
@@ -58,9 +58,14 @@ def main(argv=None) -> int:
 
     shared = parallel.replicate(control, prepared.devices)
     compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
-    rows = [("bare jit + scan(update)", seconds_per_update(bare, one)),
-            ("jit chunk program", seconds_per_update(chunk, one, control)),
-            ("the runner's compiled chunk (pmap, 1 device)", seconds_per_update(lambda s: compiled(s, shared), state))]
+    print(common.host_line(), flush=True)
+    programs = [("bare jit + scan(update)", bare, (one,)), ("jit chunk program", chunk, (one, control)),
+                ("the runner's compiled chunk (pmap, 1 device)", lambda s: compiled(s, shared), (state,))]
+    progress = common.Rows(len(programs))
+    rows = []
+    for name, fn, fn_args in programs:
+        progress.start(f"compiling and timing {name}, {args.repeats} repeats of {k} updates")
+        rows.append((name, seconds_per_update(fn, *fn_args)))
     for name, seconds in rows:
         print(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
     return 0

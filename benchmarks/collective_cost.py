@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-import common  # noqa: F401
+import common
 from profile_update import median_seconds
 
 
@@ -62,8 +62,12 @@ def main(argv=None) -> int:
         "none (arithmetic only)": lambda t: t,
     }
     rows = lambda tree: jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)  # noqa: E731
+    print(common.host_line(), flush=True)
     print(f"{len(devices)} {devices[0].platform} devices, minibatch {args.minibatch}, PPO 64x64 actor-critic")
+    progress = common.Rows(len(reductions) + 1)
     for name, reduce in reductions.items():
+        progress.start(f"compiling and timing {args.steps} gradient steps, reduced {name}")
+
         def steps(p, reduce=reduce):
             def body(p, _):
                 (_, info), grads = jax.value_and_grad(loss, has_aux=True)(p)
@@ -79,6 +83,7 @@ def main(argv=None) -> int:
     def all_reduces(x):
         return jax.lax.scan(lambda c, _: (jax.lax.psum(c, axis) * 0.5, None), x, None, length=args.steps)[0]
 
+    progress.start(f"compiling and timing {args.steps} all-reduces of one float")
     one = jax.pmap(all_reduces, axis_name=axis, devices=devices)
     us = per_step_us(one, (np.ones((len(devices), 1), np.float32),), args.steps, args.repeats)
     print(f"  one all-reduce of one float: {us:7.1f} us")

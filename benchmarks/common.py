@@ -8,6 +8,7 @@ import os
 import platform
 import statistics
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,9 +46,38 @@ def platform_fields(devices) -> dict:
     }
 
 
+# The vector extensions that decide how fast XLA:CPU's kernels run, as /proc/cpuinfo names them (x86 "flags",
+# ARM "Features"): an AVX2 host runs the README's command about twice as slowly as an AVX-512 one.
+VECTOR_EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
+                     "asimd", "sve", "sve2")
+
+
+def cpu_description(cpuinfo: str | None = None) -> str:
+    """The host CPU's model and vector extensions, e.g. ``"AMD EPYC (avx, avx2, fma)"``.
+
+    ``cpuinfo`` is the text of ``/proc/cpuinfo`` (read when None); where there is none (macOS, Windows) the model is
+    ``platform.processor()`` and the extensions are not listed."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo = ""
+    fields: dict[str, str] = {}
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() not in fields:
+            fields[key.strip()] = value.strip()
+    model = fields.get("model name") or fields.get("Model") or platform.processor() or platform.machine() or "unknown"
+    present = set((fields.get("flags") or fields.get("Features") or "").split())
+    extensions = [name for name in VECTOR_EXTENSIONS if name in present]
+    return f"{model} ({', '.join(extensions)})" if extensions else model
+
+
 def host_fields() -> dict:
-    """Host CPU count and 1-minute load average (other processes on the machine make timings noisy)."""
+    """Host CPU (model and vector extensions), CPU count and 1-minute load average (other processes on the machine
+    make timings noisy)."""
     return {
+        "cpu": cpu_description(),
         "host_cpus": os.cpu_count(),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "python": platform.python_version(),
@@ -55,10 +85,34 @@ def host_fields() -> dict:
     }
 
 
+def host_line() -> str:
+    """``host_fields`` as one line, for the scripts that print a table instead of JSON records."""
+    host = host_fields()
+    return (f"host: {host['cpu']}, {host['host_cpus']} CPUs, 1-minute load {host['load_avg_1m']}, "
+            f"python {host['python']}, {host['time_utc']}")
+
+
 def command_line() -> str:
     """The command that produced a record, as typed from the repository root."""
     script = os.path.relpath(os.path.abspath(sys.argv[0]), ROOT)
     return " ".join(["python", script, *sys.argv[1:]])
+
+
+def say(message: str) -> None:
+    """One progress line on stderr, named by the script (``[learning] row 2/6: ...``); stdout keeps the results."""
+    print(f"[{Path(sys.argv[0]).stem}] {message}", file=sys.stderr, flush=True)
+
+
+class Rows:
+    """Counts a script's rows as they start: ``rows.start("pqn, 2 devices")`` says
+    ``row 3/12: pqn, 2 devices (41s so far)`` on stderr, so a long benchmark tells how far it has got."""
+
+    def __init__(self, total: int):
+        self.total, self.started, self.t0 = total, 0, time.perf_counter()
+
+    def start(self, what: str) -> None:
+        self.started += 1
+        say(f"row {self.started}/{self.total}: {what} ({time.perf_counter() - self.t0:.0f}s so far)")
 
 
 def emit(record: dict, out: str | None) -> None:

@@ -88,15 +88,19 @@ def main() -> int:
     import jax
 
     jax.jit(lambda x: x + 1).lower(1.0).compile()  # the first compile in a process pays one-off set-up
+    progress = common.Rows(args.repeats * 5)  # per repeat: 3 parts with fast layers, the update plain, rejax
     for repeat in range(args.repeats):
         for fast in (True, False):
             programs = _programs()
             parts = programs if fast else {"update": programs["update"]}
             for name, (fn, fn_args) in parts.items():
+                progress.start(f"repeat {repeat + 1}/{args.repeats}, compiling {name} "
+                               f"({'fast' if fast else 'plain'} layers)")
                 row = {"benchmark": "compile_breakdown", "engine": "rlpar", "fast_paths": fast, "repeat": repeat,
                        **measure(name, fn, fn_args, fast), **common.host_fields()}
                 rows.append(row)
                 common.emit(row, args.out)
+        progress.start(f"repeat {repeat + 1}/{args.repeats}, compiling rejax's train")
         record = peers.run_peer("rejax", ["--repeats", "1", "--total-timesteps", "10240"])
         if record is not None:
             row = {"benchmark": "compile_breakdown", "engine": "rejax", "part": "train", "repeat": repeat,

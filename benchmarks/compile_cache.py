@@ -65,10 +65,12 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
     rows = []
+    progress = common.Rows(4 * args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             cache = Path(tmp) / f"cache{r}"
             for kind in ("cold", "warm", "jax-cache-only"):
+                progress.start(f"round {r + 1}/{args.rounds}, the README command, {kind}")
                 if kind == "jax-cache-only":  # the program cache emptied: how a warm run went before it existed
                     shutil.rmtree(cache / "programs", ignore_errors=True)
                 row = {"benchmark": "compile_cache", "round": r, "run": kind,
@@ -76,6 +78,7 @@ def main() -> int:
                        "command": common.command_line()}
                 rows.append(row)
                 common.emit(row, args.out)
+            progress.start(f"round {r + 1}/{args.rounds}, rejax's script")
             peer = run_rejax()
             if peer is not None:
                 row = {"benchmark": "compile_cache", "round": r, "run": "rejax", **peer, **common.host_fields()}

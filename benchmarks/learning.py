@@ -169,6 +169,8 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
 
+    progress = common.Rows(len(args.envs) * (1 + (args.peer is not None and "--no-anneal-lr" not in args.extra)
+                                              + (args.peer == "rejax")))
     for env in args.envs:
         budget, reference, source = REFERENCES[env]
         budget = None if args.preset_budget else int(budget * args.budget_scale)
@@ -176,8 +178,12 @@ def main() -> int:
         variants = [args.extra]
         if args.peer and "--no-anneal-lr" not in args.extra:
             variants.append([*args.extra, "--no-anneal-lr"])
-        rows = [rlpar_row(args, env, budget, target, extra) for extra in variants]
+        rows = []
+        for extra in variants:
+            progress.start(f"{env}, rlpar {args.agent} {' '.join(extra)}, {args.seeds} seed(s)".replace("  ", " "))
+            rows.append(rlpar_row(args, env, budget, target, extra))
         if args.peer == "rejax":
+            progress.start(f"{env}, rejax, {args.seeds} seed(s)")
             rows.append(rejax_row(args, env, budget, target))
         for row in filter(None, rows):
             row = {"benchmark": "learning", "env": env, "budget": budget, "seeds": args.seeds,

@@ -327,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
     record = run_peer(args.command, rest)
     if record is None:
         return 1
-    print(json.dumps(record))
+    import common  # standard library only; here, not at the top, so the peers' venvs never need it
+
+    print(json.dumps({**record, **common.host_fields()}))
     return 0
 
 

@@ -28,7 +28,7 @@ import argparse
 import statistics
 import time
 
-import common  # noqa: F401
+import common
 
 
 def median_seconds(fn, *args, repeats: int) -> float:
@@ -76,11 +76,14 @@ def main(argv=None) -> int:
     def scan(body, carry, length):
         return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=length)[0]
 
+    progress = common.Rows(4)
+    progress.start(f"compiling and timing {k} whole updates")
     update = jax.jit(lambda s: scan(lambda s: program.update(s)[0], s, k))
     t_update = median_seconds(update, state, repeats=args.repeats) / k
 
     collect = rollout.make_collector(env, env_params, ppo.act, config.num_steps, bootstrap=ppo.bootstrap,
                                      initial_carry=ppo.initial_carry)
+    progress.start(f"compiling and timing {k} collects")
     collect_k = jax.jit(lambda a, r: scan(lambda r: collect(a, r)[0], r, k))
     t_collect = median_seconds(collect_k, state.agent, state.rollout, repeats=args.repeats) / k
 
@@ -98,6 +101,7 @@ def main(argv=None) -> int:
         return params, opt_state, key
 
     steps = config.update_epochs * config.num_minibatches
+    progress.start(f"compiling and timing {k} updates' gradient steps")
     grads_k = jax.jit(lambda c: scan(fit, c, k))
     t_grads = median_seconds(grads_k, (state.agent.params, state.agent.opt_state, jax.random.PRNGKey(3)),
                              repeats=args.repeats) / k
@@ -107,6 +111,7 @@ def main(argv=None) -> int:
     def flops(fn, *fn_args) -> float:
         return float(jax.jit(fn).lower(*fn_args).compile().cost_analysis()["flops"])
 
+    progress.start("counting FLOPs (XLA's cost analysis) and timing a 2048^3 matmul")
     minibatch = jax.tree.map(lambda x: x[: n // config.num_minibatches], batch)
     grad_flops = flops(ppo.grad, state.agent.params, minibatch) * steps
     obs = state.rollout.obs
@@ -116,6 +121,7 @@ def main(argv=None) -> int:
     a = jax.random.normal(jax.random.PRNGKey(4), (size, size))
     t_matmul = median_seconds(jax.jit(lambda x: x @ x), a, repeats=args.repeats)
     peak = 2 * size**3 / t_matmul / 1e9
+    print(common.host_line(), flush=True)
     print(f"{args.env}, torso {config.torso}, hidden {config.hidden_sizes}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
           f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
     print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")

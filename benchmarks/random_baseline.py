@@ -2,7 +2,7 @@
 
     python benchmarks/random_baseline.py --env Breakout-MinAtar --episodes 256
 
-Prints one JSON line: env, episodes, mean and std of the return, mean length.
+Prints one JSON line: env, episodes, mean and std of the return, mean length, the host (``common.host_fields``).
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def main() -> None:
     ret, length, unfinished = random_returns(args.env, args.episodes, args.seed)
     print(json.dumps({"env": args.env, "episodes": args.episodes, "policy": "uniform random",
                       "return_mean": float(ret.mean()), "return_std": float(ret.std()),
-                      "length_mean": float(length.mean()), "unfinished": int(unfinished.sum())}))
+                      "length_mean": float(length.mean()), "unfinished": int(unfinished.sum()),
+                      **common.host_fields()}))
 
 
 if __name__ == "__main__":

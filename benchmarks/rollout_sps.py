@@ -29,7 +29,7 @@ import math
 import time
 from typing import Any, NamedTuple
 
-import common  # noqa: F401  (puts the repository root on sys.path)
+import common  # also puts the repository root on sys.path
 from common import command_line, emit, platform_fields, sps_stats
 
 
@@ -266,10 +266,12 @@ def main(argv=None) -> int:
 
     parallel.request_cpu_devices(args.devices)  # before the first JAX computation
     devices = parallel.select_devices(args.devices)
-    for num_envs in args.num_envs:
-        if num_envs % len(devices):
-            print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)
-            continue
+    sizes = [n for n in args.num_envs if n % len(devices) == 0]
+    for num_envs in sorted(set(args.num_envs) - set(sizes)):
+        print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)
+    progress = common.Rows(len(sizes))
+    for num_envs in sizes:
+        progress.start(f"num_envs={num_envs} on {len(devices)} device(s): compiling, then timing")
         for record in measure(args, num_envs, devices):
             emit(record, args.out)
     return 0

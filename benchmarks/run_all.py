@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-import common  # noqa: F401
+import common  # also puts the repository root on sys.path
 import peers
 import sweep
 from common import emit, host_fields, read_jsonl
@@ -45,7 +45,6 @@ def train_rlpar(name: str, config: dict, devices: int, out: Path, round_: int) -
     cmd = [sys.executable, str(HERE / "train_sps.py"), "--devices", str(devices)]
     for key, value in config.items():
         cmd += [f"--{key.replace('_', '-')}", str(value)]
-    print(f"[run_all] round {round_}: train {name}, {devices} device(s)", flush=True)
     subprocess.run(cmd + ["--out", str(out)], check=True, stdout=subprocess.DEVNULL)
     records = read_jsonl(out)
     records[-1].update(config_name=name, round=round_)
@@ -56,7 +55,6 @@ def train_peer(peer: str, name: str, config: dict, repeats: int, out: Path, roun
     """One peer on one config; its record (or nothing, if the peer is not installed) appended to ``out``."""
     argv = ["--num-envs", str(config["num_envs"]), "--num-steps", str(config["num_steps"]),
             "--total-timesteps", str(config["total_timesteps"]), "--repeats", str(repeats)]
-    print(f"[run_all] {'' if round_ is None else f'round {round_}: '}peer {peer} {name}", flush=True)
     record = peers.run_peer(peer, argv)
     if record is not None:
         emit({"benchmark": "train", "program": peer, "config_name": name, "round": round_, **host_fields(),
@@ -201,8 +199,8 @@ def write_table(out_dir: Path, command: str, started: str) -> Path:
 
     lines = [f"Written at {host_fields()['time_utc']} by `{command}` (started {started}); jax "
              f"{first.get('jax_version')}, backend {first.get('backend')} ({first.get('device_kind')}), "
-             f"{first.get('host_cpus')} host CPUs. Rollout rows measured {when(rollout)}; training rows measured "
-             f"{when(train)}.", "",
+             f"{first.get('host_cpus')} host CPUs ({first.get('cpu', 'CPU not recorded')}). Rollout rows measured "
+             f"{when(rollout)}; training rows measured {when(train)}.", "",
              "Ratios:", *overhead_lines(rollout), *scaling_lines(rollout), *ratio_lines(train), "",
              "### Rollout (collector, no learning)", "",
              f"Each row: `{rollout[0]['command'] if rollout else ''}` (with that row's `--devices`); "
@@ -252,7 +250,7 @@ def main(argv=None) -> int:
                     "--min-envs", "16" if args.quick else str(args.min_envs), "--devices", args.devices,
                     "--repeats", str(2 if args.quick else args.repeats), "--quiet",
                     "--out", str(out_dir / "rollout.jsonl"), "--png", str(out_dir / "rollout_sps.png")])
-        print(f"[run_all] rollout sweep done at {time.perf_counter() - t0:.0f} s", flush=True)
+        common.say(f"rollout sweep done at {time.perf_counter() - t0:.0f} s")
     train_out = out_dir / "train.jsonl"
     if "train" not in skip or "peers" not in skip:  # start afresh, keeping the rows of a skipped part
         def keep(r: dict) -> bool:  # ... if they were measured on this run's configs (not e.g. --quick's)
@@ -264,21 +262,26 @@ def main(argv=None) -> int:
         kept = [r for r in (read_jsonl(train_out) if train_out.exists() else []) if keep(r)]
         train_out.write_text("".join(json.dumps(r) + "\n" for r in kept))
     rounds = 0 if {"train", "peers"} <= skip else 1 if args.quick else args.train_rounds
+    device_counts = [] if "train" in skip else [int(d) for d in args.train_devices.split(",")]
+    peer_rows = "peers" not in skip
+    per_round = sum(sum(config["num_envs"] % d == 0 for d in device_counts) + peer_rows for config in configs.values())
+    progress = common.Rows(rounds * per_round + (peer_rows and "default" in configs))
     for round_ in range(rounds):
         for name, config in configs.items():
-            if "train" not in skip:
-                for devices in (int(d) for d in args.train_devices.split(",")):
-                    if config["num_envs"] % devices == 0:
-                        train_rlpar(name, config, devices, train_out, round_)
-            if "peers" not in skip:
+            for devices in device_counts:
+                if config["num_envs"] % devices == 0:
+                    progress.start(f"round {round_ + 1}/{rounds}: train {name}, rlpar on {devices} device(s)")
+                    train_rlpar(name, config, devices, train_out, round_)
+            if peer_rows:
+                progress.start(f"round {round_ + 1}/{rounds}: train {name}, rejax")
                 train_peer("rejax", name, config, args.peer_repeats, train_out, round_)
-        print(f"[run_all] training round {round_} done at {time.perf_counter() - t0:.0f} s", flush=True)
-    if "peers" not in skip and "default" in configs:
+    if peer_rows and "default" in configs:
+        progress.start("train default, sb3 (once, after the rounds)")
         sb3 = dict(configs["default"], total_timesteps=min(args.sb3_timesteps, configs["default"]["total_timesteps"]))
-        train_peer("sb3", "default", sb3, 1, train_out, None)  # once, after the rounds
+        train_peer("sb3", "default", sb3, 1, train_out, None)
     table = write_table(out_dir, command, started)
     print(table.read_text())
-    print(f"[run_all] wrote {out_dir} in {time.perf_counter() - t0:.0f} s", flush=True)
+    common.say(f"wrote {out_dir} in {time.perf_counter() - t0:.0f} s")
     return 0
 
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import common  # noqa: F401
+import common  # also puts the repository root on sys.path
 from common import read_jsonl
 
 HERE = Path(__file__).resolve().parent
@@ -40,7 +40,7 @@ def run_device_count(devices: int, args, out: Path) -> None:
            "--repeats", str(args.repeats), "--min-repeat-s", str(args.min_repeat_s), "--out", str(out)]
     if args.no_bare:
         cmd.append("--no-bare")
-    print(f"[sweep] {' '.join(cmd[1:])}", flush=True)
+    common.say(" ".join(cmd[1:]))
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL if args.quiet else None)
 
 
@@ -107,10 +107,13 @@ def main(argv=None) -> int:
     if not args.plot_only:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text("")
-        for devices in (int(d) for d in args.devices.split(",")):
+        counts = [int(d) for d in args.devices.split(",")]
+        progress = common.Rows(len(counts))
+        for devices in counts:
+            progress.start(f"{devices} device(s), every num_envs from {args.min_envs} to {args.max_envs}")
             run_device_count(devices, args, out)
     plot([r for r in read_jsonl(out) if r.get("benchmark") == "rollout"], Path(args.png))
-    print(f"[sweep] wrote {out} and {args.png}", flush=True)
+    common.say(f"wrote {out} and {args.png}")
     return 0
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 
-import common  # noqa: F401  (puts the repository root on sys.path)
+import common  # also puts the repository root on sys.path
 from common import command_line, emit, platform_fields, sps_stats
 
 
@@ -104,7 +104,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args, run_config, config = parse_args(argv)
-    for seed in (int(s) for s in args.seeds.split(",")):
+    seeds = [int(s) for s in args.seeds.split(",")]
+    progress = common.Rows(len(seeds))
+    for seed in seeds:
+        progress.start(f"seed {seed}: training {config.total_timesteps:,} steps on {run_config.devices or 'all'} "
+                       "device(s)")
         emit(train_record(config.replace(seed=seed), run_config, args.target_return), args.out)
     return 0
 

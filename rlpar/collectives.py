@@ -7,7 +7,7 @@ provides the axis is decided only in ``rlpar/parallel.py``.
 A pytree is reduced in one collective per dtype, not one per leaf: its leaves are raveled into one vector, reduced,
 and split back. The result is the same (the reduction is elementwise), but the device rendezvous happens once, which
 on XLA:CPU is several times cheaper than meeting once per leaf (``benchmarks/collective_cost.py``; figures in
-``benchmarks/README.md``).
+``docs/benchmarks.md``).
 """
 
 from __future__ import annotations

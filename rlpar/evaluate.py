@@ -6,12 +6,17 @@ parallel on one device, until every episode has ended) and prints the mean and s
 undiscounted returns. A multi-seed or sweep run is evaluated slot by slot (``--slot I``: one of them).
 ``--gif FILE`` also renders the first episode: with gymnax's visualizer, or for the suites (Craftax, brax) with
 the suite's own renderer, which the env adapter provides as ``render_frames`` (at most ``SUITE_GIF_FRAMES``).
+Each step that can take a while (restoring the checkpoint, compiling and running the episodes, drawing the GIF's
+frames) says what it is doing on stdout, as ``python -m rlpar.train`` does, and, where the amount is known, how far it
+has got; stderr carries only a one-line error. From Python, pass ``say=print`` (or any ``str -> None``) to
+``evaluate`` and ``write_gif`` for the same messages.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -61,8 +66,18 @@ def num_slots(meta: dict) -> int:
     return len(meta.get("slots", [])) or 1
 
 
-def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy:
-    """The greedy policy of ``run_dir``'s newest complete checkpoint (slot ``slot`` of a multi-seed or sweep run)."""
+def _quiet(message: str) -> None:
+    pass
+
+
+def say_on_stdout(message: str) -> None:
+    """The command line's progress messages: one line each on stdout (stderr is for the one-line error)."""
+    print(message, flush=True)
+
+
+def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0, say: Callable[[str], None] = _quiet) -> Policy:
+    """The greedy policy of ``run_dir``'s newest complete checkpoint (slot ``slot`` of a multi-seed or sweep run);
+    ``say`` is told when the checkpoint is read."""
     import jax
 
     from rlpar import checkpoint, parallel, registry, runner, seeds
@@ -83,7 +98,10 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy
     if step is None:
         raise checkpoint.CheckpointError(f"no complete checkpoint in {checkpoints.directory}: nothing to evaluate")
     template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
+    say(f"restoring the checkpoint at update {step} from {checkpoints.path(step)} ...")
+    start = time.perf_counter()
     agent_state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state.agent)  # device 0
+    say(f"restored in {time.perf_counter() - start:.1f}s")
     if slots.count > 1 or slots.field is not None:
         agent_state = jax.tree.map(lambda x: x[slot], agent_state)
         if slots.field is not None:
@@ -145,16 +163,21 @@ def _max_steps(env, env_params, default: int = 10_000) -> int:
     return default if limit is None else limit
 
 
-def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0) -> Evaluation:
-    """Mean and spread of the greedy policy's return over ``episodes`` episodes (``ValueError`` for a bad run dir)."""
+def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0,
+             say: Callable[[str], None] = _quiet) -> Evaluation:
+    """Mean and spread of the greedy policy's return over ``episodes`` episodes (``ValueError`` for a bad run dir);
+    ``say`` is told of each long step."""
     import jax
 
     if not isinstance(episodes, int) or episodes <= 0:
         raise ValueError(f"episodes={episodes!r}: must be a positive integer")
-    policy = load_policy(run_dir, episodes, slot)
+    policy = load_policy(run_dir, episodes, slot, say)
     env, env_params = _make_env(rundir.read_meta(run_dir))
     run = make_episodes(policy, env, env_params, episodes, _max_steps(env, env_params), record=False)
+    say(f"compiling and running {episodes} greedy episodes of at most {_max_steps(env, env_params)} steps ...")
+    start = time.perf_counter()
     returns, lengths, done, _ = jax.device_get(run(jax.random.PRNGKey(seed)))
+    say(f"ran the episodes in {time.perf_counter() - start:.1f}s")
     if not np.all(done):
         raise RuntimeError(f"{int(np.sum(~done))} of {episodes} episodes did not end within "
                            f"{_max_steps(env, env_params)} steps")
@@ -190,22 +213,27 @@ def check_gif(run_dir: str | Path, path: str | Path) -> None:
 
 
 def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None, slot: int = 0,
-              on_frame: Callable[[int, int], None] | None = None) -> int:
+              on_frame: Callable[[int, int], None] | None = None, say: Callable[[str], None] = _quiet) -> int:
     """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
     visualizer or the suite's renderer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of
-    ``n`` is drawn."""
+    ``n`` is drawn; ``say`` is told of each long step (and, without ``on_frame``, of every 50th frame)."""
     import jax
 
     check_gif(run_dir, path)
-    policy = load_policy(run_dir, 1, slot)
+    if on_frame is None and say is not _quiet:
+        on_frame = _frame_progress(say)
+    policy = load_policy(run_dir, 1, slot, say)
     env, env_params = _make_env(rundir.read_meta(run_dir))
     drawer = env.unwrapped
     max_steps = _max_steps(env, env_params)
     if hasattr(drawer, "render_frames"):
         max_steps = min(max_steps, max_frames or SUITE_GIF_FRAMES)
     run = make_episodes(policy, env, env_params, 1, max_steps)
+    say(f"compiling and running the episode to draw (at most {max_steps} steps) ...")
+    start = time.perf_counter()
     _, lengths, _, (states, rewards) = jax.device_get(run(jax.random.PRNGKey(seed)))
     frames = min(int(lengths[0]), max_steps) if max_frames is None else min(int(lengths[0]), max_frames)
+    say(f"ran it in {time.perf_counter() - start:.1f}s; drawing {frames} frames into {path} ...")
     if hasattr(drawer, "render_frames"):
         episode = _unwrap_state(jax.tree.map(lambda x: x[:frames, 0], states))
         _write_frames(drawer.render_frames(episode, on_frame), path)
@@ -253,9 +281,13 @@ def _animate(env, env_params, states: list, cumulative_rewards, path, on_frame) 
         plt.close(vis.fig)
 
 
-def _frame_progress(i: int, n: int) -> None:
-    if (i + 1) % 50 == 0 or i + 1 == n:
-        print(f"  rendered {i + 1}/{n} frames", file=sys.stderr, flush=True)
+def _frame_progress(say: Callable[[str], None]) -> Callable[[int, int], None]:
+    """``on_frame`` for ``write_gif``: tells ``say`` of every 50th frame drawn, and of the last."""
+    def on_frame(i: int, n: int) -> None:
+        if (i + 1) % 50 == 0 or i + 1 == n:
+            say(f"  drew {i + 1}/{n} frames")
+
+    return on_frame
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,19 +304,26 @@ def main(argv: list[str] | None = None) -> int:
         if args.gif:
             check_gif(args.run_dir, args.gif)  # before the episodes run
         meta = rundir.read_meta(args.run_dir)
-        for slot in ([args.slot] if args.slot is not None else range(num_slots(meta))):
-            result = evaluate(args.run_dir, args.episodes, args.seed, slot)
+        chosen = [args.slot] if args.slot is not None else list(range(num_slots(meta)))
+        for i, slot in enumerate(chosen):
+            prefix = f"slot {slot} ({i + 1}/{len(chosen)}): " if len(chosen) > 1 else ""
+            result = evaluate(args.run_dir, args.episodes, args.seed, slot, _prefixed(prefix))
             label = f" slot {slot} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
             print(f"{args.run_dir}{label}: greedy policy, {args.episodes} episodes: return {result.mean:.2f} +- "
                   f"{result.std:.2f} (min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
                   f"mean length {result.lengths.mean():.1f}", flush=True)
         if args.gif:
-            print(f"rendering {args.gif} ...", file=sys.stderr, flush=True)
-            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, on_frame=_frame_progress)
+            say_on_stdout(f"rendering {args.gif} ...")
+            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, say=say_on_stdout)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
         return errors.fail(err, 2)
     return 0
+
+
+def _prefixed(prefix: str) -> Callable[[str], None]:
+    """``say_on_stdout`` with every message starting with ``prefix`` (which slot of several is being evaluated)."""
+    return lambda message: say_on_stdout(prefix + message)
 
 
 def _slot_label(meta: dict, slot: int) -> str:

@@ -1,4 +1,5 @@
-"""A run's log files: ``metrics.jsonl``, ``timing.jsonl`` and (optionally) TensorBoard events.
+"""A run's log files: ``metrics.jsonl``, ``timing.jsonl`` and (optionally) TensorBoard events and a Weights &
+Biases run.
 
 Each logged chunk's record is split in two. Its wall-clock fields (``TIMING_FIELDS``) go to ``timing.jsonl``; the
 rest (losses, episode statistics, update and step counts) go to ``metrics.jsonl``, which is therefore bit-identical
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from pathlib import Path
 
 from rlpar import rundir
@@ -80,7 +82,8 @@ class RunLogger:
     back in.
     """
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, resume_at: Position | None = None):
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = False, wandb: bool = False, wandb_project: str = "",
+                 wandb_config: dict | None = None, resume_at: Position | None = None):
         self.run_dir = Path(run_dir)
         self.previous_records: list[dict] = []
         metrics_path, timing_path = self.run_dir / rundir.METRICS, self.run_dir / rundir.TIMING
@@ -93,6 +96,7 @@ class RunLogger:
         self._metrics = open(metrics_path, mode)
         self._timing = open(timing_path, mode)
         self._tensorboard = self._open_tensorboard(resume_at) if tensorboard else None
+        self._wandb = self._open_wandb(wandb_project, wandb_config, resume_at) if wandb else None
 
     def _open_tensorboard(self, resume_at: Position | None):
         try:
@@ -104,6 +108,33 @@ class RunLogger:
         purge_step = previous[-1]["env_steps"] + 1 if previous else None
         return SummaryWriter(str(self.run_dir / rundir.TENSORBOARD), purge_step=purge_step)
 
+    def _open_wandb(self, project: str, config: dict | None, resume_at: Position | None):
+        """A Weights & Biases run whose id is kept in ``RUN_DIR/wandb-run-id``, so a resumed run continues it.
+
+        Its files go to ``$WANDB_DIR`` or the run dir; ``WANDB_MODE=offline`` keeps them there for ``wandb sync``.
+        The config (``config.json``'s contents) is sent by a fresh run only: a resumed run's is the same."""
+        try:
+            import wandb
+        except ImportError:
+            raise ImportError("--wandb needs the wandb package: pip install -e \".[wandb]\" "
+                              "(or pip install wandb)") from None
+        id_path = self.run_dir / rundir.WANDB_RUN_ID
+        run_id = id_path.read_text().strip() if id_path.is_file() else ""
+        if not run_id:
+            run_id = secrets.token_hex(4)  # wandb ids are lowercase letters and digits
+            id_path.write_text(run_id + "\n")
+        if resume_at is not None or config is None:
+            config = None
+        else:
+            config = json.loads(json.dumps(config, default=rundir.json_default))  # numpy scalars, tuples: plain JSON
+        run = wandb.init(project=project or os.environ.get("WANDB_PROJECT") or "rlpar", id=run_id, resume="allow",
+                         name=self.run_dir.resolve().name, config=config,
+                         dir=os.environ.get("WANDB_DIR") or str(self.run_dir))
+        # The x axis is env steps, as in TensorBoard (wandb's own step counts log calls).
+        run.define_metric("env_steps")
+        run.define_metric("*", step_metric="env_steps")
+        return run
+
     def write(self, record: dict) -> None:
         metrics, timing = split_record(record)
         self._metrics.write(json.dumps(metrics) + "\n")
@@ -114,6 +145,9 @@ class RunLogger:
         if self._tensorboard is not None:
             for tag, value in tensorboard_scalars(record).items():
                 self._tensorboard.add_scalar(tag, value, global_step=record["env_steps"])
+        if self._wandb is not None:
+            self._wandb.log({**tensorboard_scalars(record), "env_steps": record["env_steps"],
+                             "update": record["update"]})
 
     def position(self, updates_done: int) -> Position:
         """Where the files stand now; call after ``sync`` so the bytes are on disk."""
@@ -132,3 +166,5 @@ class RunLogger:
         self._timing.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
+        if self._wandb is not None:
+            self._wandb.finish()

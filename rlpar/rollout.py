@@ -124,7 +124,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 
     ``final`` without keeping every step's final observation: the scan carries, per environment, the final
     observation (and carry) of its latest truncated step, and one batched ``bootstrap`` call after the scan serves
-    them all (storing ``[T, B, ...]`` final observations instead was measurably slower: ``benchmarks/README.md``). An environment is truncated twice in one collect only when
+    them all (storing ``[T, B, ...]`` final observations instead was measurably slower: ``docs/benchmarks.md``). An environment is truncated twice in one collect only when
     ``num_steps`` exceeds its time limit; then the earlier one is bootstrapped on the spot (under ``lax.cond``, so
     the usual step pays only for a select) and ``_place_spilled`` moves it to its step after the scan.
     """
@@ -156,7 +156,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     def collect(agent_state, state: RolloutState) -> tuple[RolloutState, Transition]:
         key_next, key_steps = jax.random.split(state.key)
         # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU each
-        # threefry call is a loop of its own (benchmarks/README.md).
+        # threefry call is a loop of its own (docs/benchmarks.md).
         num_envs = state.obs.shape[0]
         keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
         keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])

@@ -6,6 +6,8 @@ RUN_DIR/metrics.jsonl      one record per logged chunk; no wall-clock fields, so
 RUN_DIR/timing.jsonl       the wall-clock fields of the same chunks (update, time_s, sps), line for line
 RUN_DIR/checkpoints/N/     checkpoint after update N (see rlpar.checkpoint)
 RUN_DIR/tensorboard/       TensorBoard event files (with --tensorboard)
+RUN_DIR/wandb-run-id       the Weights & Biases run's id (with --wandb), which a resumed run continues
+RUN_DIR/wandb/             wandb's own files, unless $WANDB_DIR puts them elsewhere (with --wandb)
 ```
 """
 
@@ -27,6 +29,7 @@ METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
+WANDB_RUN_ID = "wandb-run-id"
 
 
 def json_default(x):

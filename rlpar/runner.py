@@ -53,6 +53,10 @@ class RunConfig:
     eval_episodes: int = _f(64, "episodes per evaluation, on environments of their own, split evenly over the "
                                 "devices (a multiple of the device count)")
     tensorboard: bool = _f(False, "with --run-dir: also write TensorBoard event files to RUN_DIR/tensorboard")
+    wandb: bool = _f(False, "with --run-dir: also log to Weights & Biases (the same scalars as --tensorboard, "
+                            "config.json as the run's config); --resume continues the same wandb run. "
+                            "WANDB_MODE=offline keeps it on disk for wandb sync")
+    wandb_project: str = _f("", "with --wandb: the wandb project; empty = $WANDB_PROJECT, or rlpar")
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
     sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
                         "sweepable, e.g. lr); runs num_seeds x values slots")
@@ -116,7 +120,8 @@ class RunConfig:
 
 
 def _check_run_dir_options(run_config: RunConfig) -> None:
-    """A run dir that is a file, or TensorBoard without its package: refused before anything runs."""
+    """A run dir that is a file, TensorBoard or wandb without their package, wandb without a run dir: refused before
+    anything runs."""
     if run_config.run_dir and Path(run_config.run_dir).exists() and not Path(run_config.run_dir).is_dir():
         raise ValueError(f"run_dir={run_config.run_dir!r} is a file, not a directory: give a directory path "
                          "(it is created if missing)")
@@ -126,6 +131,14 @@ def _check_run_dir_options(run_config: RunConfig) -> None:
         if importlib.util.find_spec("tensorboardX") is None:
             raise ValueError("--tensorboard needs the tensorboardX package: pip install -e \".[extras]\" "
                              "(or pip install tensorboardX)")
+    if run_config.wandb:
+        import importlib.util
+
+        if not run_config.run_dir:
+            raise ValueError("--wandb needs --run-dir DIR: the wandb run's id is kept there, so that --resume "
+                             "continues the same wandb run")
+        if importlib.util.find_spec("wandb") is None:
+            raise ValueError("--wandb needs the wandb package: pip install -e \".[wandb]\" (or pip install wandb)")
 
 
 class TrainResult(NamedTuple):
@@ -149,7 +162,7 @@ class Hooks(NamedTuple):
 
     on_log: Callable[[dict], None] | None = None  # each chunk's record
     on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
-    # ("resumed", {"update", "checkpoint"})
+    # ("restoring", {"run_dir"}), ("resumed", {"update", "checkpoint"})
     started_at: float | None = None
 
 
@@ -201,6 +214,8 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
 def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any, env_kwargs: dict | None,
          resume: bool, watch: preemption.Watch) -> TrainResult:
     prepared = _prepare(agent, config, run_config, env, env_kwargs)
+    if resume and hooks.on_status:
+        hooks.on_status("restoring", {"run_dir": run_config.run_dir})
     checkpoints, restored, logger = _open_run_dir(prepared, config, run_config, resume)
     done = restored.position.updates_done if restored is not None else 0
     if restored is not None and hooks.on_status:
@@ -312,8 +327,9 @@ def _building(agent: AgentSpec, run_config: RunConfig):
 
 
 # RunConfig fields that do not change the compiled programs: left out of their cache key
-_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "profile", "compile_cache", "coordinator",
-                   "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s", "preemption_grace_s")
+_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "wandb", "wandb_project", "profile", "compile_cache",
+                   "coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s",
+                   "preemption_grace_s")
 
 
 def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
@@ -717,7 +733,8 @@ def _open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,
     run_dir.mkdir(parents=True, exist_ok=True)
     if restored is None:
         rundir.write_meta(run_dir, meta)
-    return RunLogger(run_dir, tensorboard=run_config.tensorboard,
+    return RunLogger(run_dir, tensorboard=run_config.tensorboard, wandb=run_config.wandb,
+                     wandb_project=run_config.wandb_project, wandb_config=meta,
                      resume_at=restored.position if restored is not None else None)
 
 

@@ -224,7 +224,9 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
     with ProgressDisplay(config.num_updates, config.batch_size, start_update=start,
                          slot_labels=_slot_labels(run_config)) as show:
         def on_status(event: str, info: dict) -> None:
-            if event == "resumed" and info["update"] >= config.num_updates:
+            if event == "restoring":
+                say(f"restoring the newest checkpoint of {info['run_dir']} ...", flush=True)
+            elif event == "resumed" and info["update"] >= config.num_updates:
                 say(f"the run is finished (update {info['update']} of {config.num_updates}, checkpoint "
                     f"{info['checkpoint']}): nothing to resume", flush=True)
             elif event == "resumed":

@@ -36,7 +36,8 @@ def _assert_trees_equal(a, b):
     jax.tree.map(np.testing.assert_array_equal, a, b)
 
 
-def test_sigkill_between_checkpoints_then_resume_is_bit_identical_evaluations_included(tiny_run_dir, tmp_path):
+def test_sigkill_between_checkpoints_then_resume_is_bit_identical_evaluations_included(tiny_run_dir, tmp_path,
+                                                                                      capsys):
     run_dir = tmp_path / "killed"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
@@ -55,6 +56,8 @@ def test_sigkill_between_checkpoints_then_resume_is_bit_identical_evaluations_in
     (run_dir / rundir.CHECKPOINTS / "4" / checkpoint.COMMIT_MARKER).unlink()
 
     assert train_cli.main(["--resume", str(run_dir)]) == 0
+    said = capsys.readouterr().out  # what the resumed run said, in order
+    assert said.index(f"restoring the newest checkpoint of {run_dir} ...") < said.index("resumed from update 2")
 
     assert (run_dir / rundir.METRICS).read_bytes() == (tiny_run_dir / rundir.METRICS).read_bytes()
     # ... evaluations included: update 3's, logged before the kill and run again after the resume, and update 6's.

@@ -30,6 +30,9 @@ def _without(monkeypatch, *packages):
     [
         (["ppo", "--tensorboard", "--run-dir", "RUN"], ("tensorboardX",),
          "--tensorboard needs the tensorboardX package: pip install -e \".[extras]\""),
+        (["ppo", "--wandb", "--run-dir", "RUN"], ("wandb",),
+         "--wandb needs the wandb package: pip install -e \".[wandb]\""),
+        (["ppo", "--wandb"], (), "--wandb needs --run-dir DIR"),
         (["ppo", "--run-dir", "FILE"], (), "is a file, not a directory: give a directory path"),
         (["ppo", "--env", "MNISTBandit-bsuite"], (), "env 'MNISTBandit-bsuite' is not supported: it downloads"),
         (["ppo", "--devices", "99"], (), "devices=99: at most 8 CPU devices on this host"),
@@ -37,7 +40,7 @@ def _without(monkeypatch, *packages):
                                                       "one of lr, gamma"),
         (["examples.nothing:SPEC"], (), "agent 'examples.nothing:SPEC': cannot import module 'examples.nothing'"),
     ],
-    ids=["tensorboard-missing", "run-dir-is-a-file", "needs-download", "too-many-devices", "unsweepable-field",
+    ids=["tensorboard-missing", "wandb-missing", "wandb-without-run-dir", "run-dir-is-a-file", "needs-download", "too-many-devices", "unsweepable-field",
          "bad-agent-module"],
 )
 def test_train_bad_input_is_one_line_without_traceback(argv, missing, message, tmp_path, monkeypatch, capsys):

@@ -76,3 +76,16 @@ def test_evaluate_of_a_run_dir_without_checkpoints_is_a_clear_error(tiny_run_dir
     shutil.copy(tiny_run_dir / "config.json", tmp_path / "config.json")
     assert evaluate.main([str(tmp_path)]) == 2
     assert "no complete checkpoint in" in capsys.readouterr().err
+
+
+def test_the_command_says_what_each_long_step_is_doing(tiny_run_dir, capsys):
+    # Restoring, compiling and running the episodes each get a line before they start, on stdout as the training
+    # command's do; the result is the last line, and stderr stays empty (it is for the one-line error).
+    assert evaluate.main([str(tiny_run_dir), "--episodes", "2"]) == 0
+    captured = capsys.readouterr()
+    steps = ["restoring the checkpoint at update 6 from ", "restored in ",
+             "compiling and running 2 greedy episodes of at most 500 steps ...", "ran the episodes in ",
+             "greedy policy, 2 episodes: return"]
+    positions = [captured.out.find(step) for step in steps]
+    assert -1 not in positions and positions == sorted(positions), captured.out
+    assert "greedy policy" in captured.out.strip().splitlines()[-1] and captured.err == ""
