@@ -97,12 +97,14 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
     from rlpar import parallel
 
-    from rlpar.runner import check_agent
+    from rlpar.runner import check_agent, make_slots
 
     env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
+    make_slots(run_config, config, len(devices))  # fields the config cannot take, values it refuses
+    run_config.pbt_settings(config.num_updates)  # an interval as long as the run
     check_agent(spec, config, env, env_params, config.num_envs // len(devices))
     return devices
 
@@ -173,7 +175,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
                else "")
         print(f"interrupted at update {stop.update}; last checkpoint: {saved}{how}", file=sys.stderr, flush=True)
         return 130
-    say(_done_line(result, run_config), flush=True)
+    say(_done_line(result, run_config, config), flush=True)
     return 0
 
 
@@ -187,24 +189,30 @@ def _preempted_line(stop) -> str:
     return f"preempted at update {stop.update}; {saved}; continue with: {_prog()} --resume {stop.run_dir}"
 
 
-def _slot_labels(run_config: RunConfig) -> list[str] | None:
-    from rlpar import progress, seeds
+def _slots(run_config: RunConfig, config):
+    from rlpar import seeds
 
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    return seeds.make_slots(run_config.num_seeds, run_config.sweep, search=run_config.search,
+                            population=run_config.population, seed=config.seed)
+
+
+def _slot_labels(run_config: RunConfig, config) -> list[str] | None:
+    from rlpar import progress
+
+    slots = _slots(run_config, config)
     return progress.slot_labels(slots.describe()) if slots.count > 1 else None
 
 
-def _done_line(result, run_config: RunConfig) -> str:
-    from rlpar import seeds
+def _done_line(result, run_config: RunConfig, config) -> str:
     from rlpar.progress import final_evaluation, recent_returns
 
     total_s = sum(r["time_s"] for r in result.metrics)
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    slots = _slots(run_config, config)
     steps = result.metrics[-1]["env_steps"] if result.metrics else 0
     all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
     startup = [r["startup_s"] for r in result.metrics if "startup_s" in r][-1:]  # this process's
     startup_s = f", {startup[0]:.1f}s from process start to the first update" if startup else ""
-    labels = _slot_labels(run_config)
+    labels = _slot_labels(run_config, config)
     evaluation = final_evaluation(result.metrics, labels, run_config.eval_episodes)
     evaluation = f"; {evaluation}" if evaluation else ""
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
@@ -222,7 +230,7 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
         return run(spec, config, run_config, resume=resume_dir is not None)
     start = resume.updates_done(resume_dir)
     with ProgressDisplay(config.num_updates, config.batch_size, start_update=start,
-                         slot_labels=_slot_labels(run_config)) as show:
+                         slot_labels=_slot_labels(run_config, config)) as show:
         def on_status(event: str, info: dict) -> None:
             if event == "resumed" and info["update"] >= config.num_updates:
                 say(f"the run is finished (update {info['update']} of {config.num_updates}, checkpoint "
