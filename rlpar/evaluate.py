@@ -11,6 +11,7 @@ the suite's own renderer, which the env adapter provides as ``render_frames`` (a
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
@@ -61,20 +62,49 @@ def num_slots(meta: dict) -> int:
     return len(meta.get("slots", [])) or 1
 
 
-def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy:
-    """The greedy policy of ``run_dir``'s newest complete checkpoint (slot ``slot`` of a multi-seed or sweep run)."""
+def is_population(meta: dict) -> bool:
+    """A run of members searched or trained with PBT (``--search``): its members are compared, not pooled."""
+    return bool(meta["run"].get("search"))
+
+
+def resolve_slot(run_dir: str | Path, meta: dict, slot: int | str | None) -> int:
+    """``slot`` as an index: ``"best"`` is the fittest member at the end (``rlpar.population.best_member``: the best
+    ranked at the last PBT round, else by the last evaluation or training return); ``None`` is ``"best"`` for a
+    population run and 0 otherwise. ``ValueError`` naming a slot the run does not have."""
+    from rlpar import population
+
+    if slot is None:
+        slot = "best" if is_population(meta) else 0
+    if slot == "best":
+        path = Path(run_dir) / rundir.METRICS
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+        best = population.best_member(records)
+        if best is None:
+            raise ValueError(f"slot='best': the run in {run_dir} logged no members to rank (a run of one slot, or "
+                             "no chunk logged yet): give --slot I")
+        return best
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < num_slots(meta):
+        raise ValueError(f"slot={slot!r}: the run in {run_dir} has {num_slots(meta)} slot(s): "
+                         f"use 0..{num_slots(meta) - 1}, or best")
+    return slot
+
+
+def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None = None) -> Policy:
+    """The greedy policy of ``run_dir``'s newest complete checkpoint: slot ``slot`` of a multi-seed, sweep or
+    population run (``"best"``: its fittest member; default: ``"best"`` for a population run, else slot 0), with the
+    hyperparameters that member had in the checkpoint."""
     import jax
 
     from rlpar import checkpoint, parallel, registry, runner, seeds
 
     meta = rundir.read_meta(run_dir)
-    if not 0 <= slot < num_slots(meta):
-        raise ValueError(f"slot={slot}: the run in {run_dir} has {num_slots(meta)} slot(s): "
-                         f"use 0..{num_slots(meta) - 1}")
+    slot = resolve_slot(run_dir, meta, slot)
     spec = registry.from_meta(meta)
     config = rundir.build_config(spec.config_cls, meta["config"])
     env, env_params = _make_env(meta)
-    slots = seeds.make_slots(meta["run"].get("num_seeds", 1), meta["run"].get("sweep", ""), spec.config_cls)
+    run = meta["run"]
+    slots = seeds.make_slots(run.get("num_seeds", 1), run.get("sweep", ""), spec.config_cls,
+                             search=run.get("search", ""), population=run.get("population", 0), seed=config.seed)
     make = runner.make_program_factory(spec, config, slots, env, env_params, config.num_envs // meta["num_devices"])
     devices = range(meta["num_devices"])  # only the count matters for the shapes
     abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)))
@@ -83,11 +113,11 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0) -> Policy
     if step is None:
         raise checkpoint.CheckpointError(f"no complete checkpoint in {checkpoints.directory}: nothing to evaluate")
     template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
-    agent_state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state.agent)  # device 0
-    if slots.count > 1 or slots.field is not None:
+    state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state)  # device 0's row
+    agent_state = state.agent
+    if state.population is not None:  # the member's values as they were at the checkpoint (PBT may have moved them)
         agent_state = jax.tree.map(lambda x: x[slot], agent_state)
-        if slots.field is not None:
-            config = config.replace(**{slots.field: slots.values[slot]})
+        config = config.replace(**{name: float(v[slot]) for name, v in state.population.hparams.items()})
     agent = spec.make(config, env, env_params, num_envs, None)
     return Policy(agent.policy(agent_state, True), agent.initial_carry, meta["run"]["env"], step, slot)
 
@@ -145,7 +175,7 @@ def _max_steps(env, env_params, default: int = 10_000) -> int:
     return default if limit is None else limit
 
 
-def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0) -> Evaluation:
+def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int | str | None = None) -> Evaluation:
     """Mean and spread of the greedy policy's return over ``episodes`` episodes (``ValueError`` for a bad run dir)."""
     import jax
 
@@ -189,7 +219,8 @@ def check_gif(run_dir: str | Path, path: str | Path) -> None:
                          "another path")
 
 
-def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None, slot: int = 0,
+def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None,
+              slot: int | str | None = None,
               on_frame: Callable[[int, int], None] | None = None) -> int:
     """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
     visualizer or the suite's renderer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of
@@ -264,23 +295,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run dir with a checkpoint (python -m rlpar.train ... --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default: 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the environments' resets (default: 0)")
-    parser.add_argument("--slot", type=int, default=None, metavar="I",
-                        help="evaluate only slot I of a multi-seed / sweep run (default: every slot)")
+    parser.add_argument("--slot", type=_slot_arg, default=None, metavar="I|best",
+                        help="evaluate only slot I of a multi-seed / sweep / population run, or its fittest member "
+                             "(best) (default: best for a population run, every slot otherwise)")
     parser.add_argument("--gif", metavar="FILE", help="also render the first episode (of the first slot) to this GIF")
     args = parser.parse_args(argv)
     try:
         if args.gif:
             check_gif(args.run_dir, args.gif)  # before the episodes run
         meta = rundir.read_meta(args.run_dir)
-        for slot in ([args.slot] if args.slot is not None else range(num_slots(meta))):
+        chosen = args.slot if args.slot is not None or not is_population(meta) else "best"
+        for slot in ([resolve_slot(args.run_dir, meta, chosen)] if chosen is not None else range(num_slots(meta))):
             result = evaluate(args.run_dir, args.episodes, args.seed, slot)
-            label = f" slot {slot} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
+            best = " (the fittest member)" if chosen == "best" else ""
+            label = f" slot {slot}{best} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
             print(f"{args.run_dir}{label}: greedy policy, {args.episodes} episodes: return {result.mean:.2f} +- "
                   f"{result.std:.2f} (min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
                   f"mean length {result.lengths.mean():.1f}", flush=True)
         if args.gif:
             print(f"rendering {args.gif} ...", file=sys.stderr, flush=True)
-            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, on_frame=_frame_progress)
+            frames = write_gif(args.run_dir, args.gif, args.seed, slot=chosen, on_frame=_frame_progress)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
         return errors.fail(err, 2)
@@ -289,7 +323,17 @@ def main(argv: list[str] | None = None) -> int:
 
 def _slot_label(meta: dict, slot: int) -> str:
     described = meta["slots"][slot]
-    return ", ".join(f"{k}={v}" for k, v in described.items() if k != "slot")
+    start = " at the start" if meta["run"].get("pbt") else ""  # PBT moves the values; config.json has the first ones
+    return ", ".join(f"{k}={v}" for k, v in described.items() if k != "slot") + start
+
+
+def _slot_arg(text: str) -> int | str:
+    if text == "best":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a slot number or best") from None
 
 
 if __name__ == "__main__":

@@ -68,9 +68,10 @@ def replaced_count(num_members: int, quantile: float) -> int:
 
 
 def exploit(members: Any, fitness: jax.Array, key: jax.Array, quantile: float) -> tuple[Any, jax.Array]:
-    """Truncation selection. ``members``: any pytree whose leaves are ``[S, ...]``; ``fitness``: ``[S]`` (NaN ranks
-    lowest; equal fitness: the lower index ranks lower). The ``replaced_count(S, quantile)`` lowest-ranked members
-    each copy every leaf of a member drawn uniformly from as many highest-ranked ones.
+    """Truncation selection. ``members``: any pytree whose leaves are ``[S, ...]``; ``fitness``: ``[S]`` (NaN, a
+    member with no score yet, ranks lowest and is copied by none; equal fitness: the lower index ranks lower). The
+    ``replaced_count(S, quantile)`` lowest-ranked members each copy every leaf of a member drawn uniformly from as
+    many highest-ranked ones (a draw that falls on an unscored member copies nothing).
 
     Returns ``(members, parent)``: ``parent[i]`` is the member ``i`` copied, ``i`` itself when it was kept. E.g.
     fitness ``[3, 1, 4, 2]`` with quantile 0.25: member 1 (fitness 1) copies member 2 (fitness 4), ``parent`` is
@@ -81,6 +82,7 @@ def exploit(members: Any, fitness: jax.Array, key: jax.Array, quantile: float) -
     n = replaced_count(count, quantile)
     order = jnp.argsort(jnp.where(jnp.isnan(fitness), -jnp.inf, fitness), stable=True)  # lowest first
     donors = order[count - n:][jax.random.randint(key, (n,), 0, n)]
+    donors = jnp.where(jnp.isnan(fitness[donors]), order[:n], donors)  # an unscored member is copied by none
     parent = jnp.arange(count, dtype=jnp.int32).at[order[:n]].set(donors.astype(jnp.int32))
     return jax.tree.map(lambda x: x[parent], members), parent
 
@@ -168,3 +170,49 @@ def make_round(pbt: PBT, spaces: dict, evaluate: Callable | None) -> Callable[[A
 def value_metrics(members: Members) -> dict:
     """Each member's current hyperparameter values as per-update metrics (``population/FIELD``, ``[S]``)."""
     return {METRIC_PREFIX + name: values for name, values in members.hparams.items()}
+
+
+# ---- host side: what the logs say about the members ----
+
+def rounds_of(records: list[dict]) -> list[dict]:
+    """The PBT rounds logged in ``records`` (``record["pbt"]``, see ``rlpar.runner.add_members``), in order."""
+    return [r for record in records for r in record.get("pbt", [])]
+
+
+def population_lines(record: dict) -> list[dict]:
+    """A record's PBT rounds as ``population.jsonl`` lines: per round its update, env steps and one entry per member
+    (its index, the member it copied, its fitness (``None``: none) and its values after the round)."""
+    lines = []
+    for r in record.get("pbt", []):
+        members = [{"member": i, "parent": parent, "fitness": r["fitness"][i],
+                    **{name: values[i] for name, values in r["hparams"].items()}}
+                   for i, parent in enumerate(r["parent"])]
+        steps_per_update = record["env_steps"] // record["update"] if record["update"] else 0
+        lines.append({"update": r["update"], "env_steps": r["update"] * steps_per_update, "members": members})
+    return lines
+
+
+def best_member(records: list[dict]) -> int | None:
+    """The fittest member at the end of a population run: the best ranked at the last PBT round; without PBT, the one
+    with the best last greedy evaluation, or else the best training return over the last five logged chunks (a member
+    that finished no episode ranks last). ``None`` when ``records`` hold no members."""
+    if not records or not records[-1].get("slots"):
+        return None
+    rounds = rounds_of(records)
+    if rounds:
+        scores = rounds[-1]["fitness"]
+    else:
+        evaluated = [r for r in records if r["slots"] and EVAL_RETURN in r["slots"][0]]
+        if evaluated:
+            scores = [slot[EVAL_RETURN] for slot in evaluated[-1]["slots"]]
+        else:
+            scores = []
+            for i in range(len(records[-1]["slots"])):
+                recent = [r["slots"][i] for r in records if r["slots"][i].get("episode_return") is not None][-5:]
+                count = sum(s["episodes"] for s in recent)
+                scores.append(sum(s["episode_return"] * s["episodes"] for s in recent) / count if count else None)
+    ranked = [-math.inf if score is None else score for score in scores]
+    return max(range(len(ranked)), key=lambda i: (ranked[i], -i))
+
+
+EVAL_RETURN = "eval/episode_return"

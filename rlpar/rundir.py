@@ -26,6 +26,7 @@ RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64, "search": "", "populat
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
+POPULATION = "population.jsonl"  # a PBT run's rounds: each member's parent, fitness and values
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 

@@ -199,6 +199,8 @@ def _slots(run_config: RunConfig, config):
 def _slot_labels(run_config: RunConfig, config) -> list[str] | None:
     from rlpar import progress
 
+    if run_config.search:  # members are many and their values long: the progress line shows the best one
+        return progress.MEMBERS
     slots = _slots(run_config, config)
     return progress.slot_labels(slots.describe()) if slots.count > 1 else None
 
@@ -217,7 +219,21 @@ def _done_line(result, run_config: RunConfig, config) -> str:
     evaluation = f"; {evaluation}" if evaluation else ""
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
             f"+ {result.compile_s:.1f}s compile{startup_s}; mean return of the last logged episodes "
-            f"{recent_returns(result.metrics, labels)}{evaluation}")
+            f"{recent_returns(result.metrics, labels)}{evaluation}{_best_member(result.metrics, run_config)}")
+
+
+def _best_member(records: list[dict], run_config: RunConfig) -> str:
+    """``"; best member 2 (ranked at the last PBT round): lr=0.00256, ent_coef=0.00764"`` for a population run."""
+    from rlpar import population
+    from rlpar.progress import format_values
+
+    best = population.best_member(records) if run_config.search else None
+    if best is None:
+        return ""
+    how = ("ranked at the last PBT round" if population.rounds_of(records) else
+           "by its last greedy evaluation" if any("eval/episode_return" in s for s in records[-1]["slots"]) else
+           "by its recent training return")
+    return f"; best member {best} ({how}): {format_values(records[-1]['slots'][best].get('hparams', {}))}"
 
 
 def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None, say):

@@ -107,6 +107,9 @@ def test_exploit_half_copies_from_the_top_half_and_nan_ranks_lowest():
                                        jax.random.PRNGKey(seed), 0.5)
         assert parent[0] == 0 and parent[2] == 2 and parent[1] in (0, 2) and parent[3] in (0, 2)
     assert [population.replaced_count(n, q) for n, q in ((4, 0.25), (8, 0.25), (2, 0.25), (4, 0.5))] == [1, 2, 1, 2]
+    # no member scored yet (no episode finished): nobody copies anybody
+    _, parent = population.exploit(jnp.arange(4), jnp.full((4,), jnp.nan), jax.random.PRNGKey(0), 0.5)
+    assert parent.tolist() == [0, 1, 2, 3]
 
 
 def test_explore_perturbs_only_copied_members_by_0_8_or_1_2_within_the_space():
@@ -213,3 +216,86 @@ def test_pbt_sigkill_then_resume_is_bit_identical_population_included(tiny_run, 
     run_dir, _ = tiny_run
     resumed = resume_and_compare(*killed_run, run_dir, killed_before=[2])  # killed before update 4's save
     assert resumed["population"]["hparams"]["lr"].shape == (2, 4)  # [devices, members]: the values are state
+
+
+def test_population_jsonl_holds_each_round_and_is_rebuilt_on_resume(tiny_run, killed_run):
+    run_dir, _ = tiny_run
+    lines = [json.loads(x) for x in (run_dir / "population.jsonl").read_text().splitlines()]
+    rounds = population.rounds_of(_records(run_dir))
+    assert [line["update"] for line in lines] == [3, 6] and [line["env_steps"] for line in lines] == [96, 192]
+    for line, r in zip(lines, rounds):
+        assert [m["parent"] for m in line["members"]] == r["parent"]
+        assert [m["fitness"] for m in line["members"]] == r["fitness"]
+        assert [m["lr"] for m in line["members"]] == r["hparams"]["lr"]
+    # the killed run was resumed by the test above (or is resumed here): its population.jsonl, cut back to update 2
+    # and written on from there, is the uninterrupted run's byte for byte
+    killed_dir, proc = killed_run
+    if proc.returncode is None:
+        resume_and_compare(killed_dir, proc, run_dir, killed_before=[2])
+    assert (killed_dir / "population.jsonl").read_bytes() == (run_dir / "population.jsonl").read_bytes()
+
+
+def test_best_member_is_the_last_rounds_fittest_else_the_last_evaluation_else_recent_returns():
+    slot = lambda ret, n=1, **extra: {"episode_return": ret, "episodes": n, **extra}  # noqa: E731
+    plain = [{"slots": [slot(1.0), slot(5.0), slot(None, 0)]}, {"slots": [slot(9.0), slot(2.0), slot(3.0)]}]
+    assert population.best_member(plain) == 0  # recent returns: member 0 (1 + 9) / 2 = 5, 1: 3.5, 2: 3
+    evaluated = plain + [{"slots": [slot(1.0, **{"eval/episode_return": 3.0}), slot(1.0, **{"eval/episode_return":
+                                                                                              7.0}),
+                                    slot(1.0, **{"eval/episode_return": 5.0})]}]
+    assert population.best_member(evaluated) == 1
+    ranked = evaluated + [{"slots": [slot(1.0)] * 3, "pbt": [{"fitness": [None, 2.0, 4.0]}]}]
+    assert population.best_member(ranked) == 2
+    assert population.best_member([{"episode_return": 3.0}]) is None
+
+
+def test_progress_and_done_lines_name_the_best_member_and_its_values(tiny_run):
+    from rlpar import progress
+
+    record = {"slots": [{"episode_return": 20.0, "hparams": {"lr": 0.001}},
+                        {"episode_return": 30.0, "hparams": {"lr": 0.000256123}}]}
+    assert progress.format_return(record, progress.MEMBERS) == "best 1 (lr=0.000256): 30.00"
+    run_dir, _ = tiny_run
+    records = _records(run_dir)
+    best = population.best_member(records)
+    run_config, config = train_cli._parse(agents.ppo.SPEC, TINY_ARGV[1:])
+    result = runner.TrainResult(None, [{**r, "time_s": 1.0} for r in records], None, 1.0)
+    done = train_cli._done_line(result, run_config, config)
+    values = progress.format_values(records[-1]["slots"][best]["hparams"])
+    assert done.endswith(f"; best member {best} (ranked at the last PBT round): {values}")
+
+
+def test_evaluate_and_load_policy_default_to_the_best_member(tiny_run, capsys):
+    from rlpar import evaluate
+
+    run_dir, _ = tiny_run
+    best = population.best_member(_records(run_dir))
+    assert evaluate.load_policy(run_dir).slot == best == evaluate.load_policy(run_dir, slot="best").slot
+    assert evaluate.main([str(run_dir), "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert f"slot {best} (the fittest member)" in out and len(out.strip().splitlines()) == 1
+    assert evaluate.main([str(run_dir), "--episodes", "2", "--slot", "9"]) == 2
+    assert "use 0..3, or best" in capsys.readouterr().err
+
+
+def test_plot_draws_each_members_return_and_each_values_schedule(tiny_run, tmp_path):
+    from rlpar import plot
+
+    run_dir, _ = tiny_run
+    fig = plot.population_figure(run_dir)
+    returns, lr, ent_coef = fig.axes
+    assert len(fig.axes) == 3 and lr.get_ylabel() == "lr" and ent_coef.get_ylabel() == "ent_coef"
+    rounds = population.rounds_of(_records(run_dir))
+    for i, line in enumerate(lr.get_lines()[:4]):  # member i's lr: its start value, then after each round
+        start = json.loads((run_dir / "config.json").read_text())["slots"][i]["lr"]
+        assert list(line.get_ydata()[:3]) == pytest.approx([start] + [r["hparams"]["lr"][i] for r in rounds])
+    assert plot.main([str(run_dir), "--out", str(tmp_path / "p.png")]) == 0
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tensorboard_tags_for_members_values_and_no_lineage():
+    from rlpar import logs
+
+    record = {"update": 3, "env_steps": 96, "episode_return": 1.0, "pbt": [{"parent": [0, 0]}],
+              "slots": [{"episode_return": 2.0, "hparams": {"lr": 0.5}}]}
+    assert logs.tensorboard_scalars(record) == {"train/episode_return": 1.0, "slot0/train/episode_return": 2.0,
+                                                "slot0/hparams/lr": 0.5}
