@@ -76,9 +76,11 @@ TINY_FLAGS = ["ppo", "--num-envs", "4", "--num-steps", "8", "--total-timesteps",
     (["--pbt"], "pbt needs --search"),
     (["--search", "lr=1e-3,1e-2", "--pbt", "--pbt-quantile", "0.75"], "pbt_quantile=0.75: must be in (0, 0.5]"),
     (["--search", "lr=1e-3,1e-2", "--pbt", "--pbt-fitness", "best"], "pbt_fitness='best': must be one of train"),
+    (["--search", "lr=1e-3,1e-2", "--pbt", "--pbt-fitness", "eval", "--eval-every", "0"],
+     "pbt_fitness='eval' evaluates at each PBT round: give --eval-every -1 or N (not 0)"),
 ], ids=["unsweepable", "unknown", "log-from-zero", "low-above-high", "refused-at-the-end", "range-without-population",
         "search-and-sweep-same-field", "population-without-search", "interval-too-long", "pbt-one-member",
-        "pbt-without-search", "quantile", "fitness"])
+        "pbt-without-search", "quantile", "fitness", "eval-fitness-without-evaluation"])
 def test_bad_population_input_is_one_line_before_compiling(flags, message, capsys):
     assert train_cli.main([*TINY_FLAGS, *flags]) == 2
     captured = capsys.readouterr()
