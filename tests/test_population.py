@@ -17,7 +17,8 @@ from rlpar import train as train_cli
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
 
 # 4 members drawn from two ranges, PBT every 3 updates (rounds after updates 3 and 6; none after the last, 8),
-# ranked by a greedy evaluation of 4 episodes, explore always perturbing (no redraws); chunks of 2 updates, a checkpoint after each.
+# ranked by a greedy evaluation of 4 episodes, explore always perturbing (no redraws); chunks of 2 updates, a
+# checkpoint after each.
 TINY_ARGV = [
     "ppo", "--env", "CartPole-v1", "--devices", "2", "--num-envs", "4", "--num-steps", "8",
     "--total-timesteps", str(4 * 8 * 8), "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16",
