@@ -15,6 +15,7 @@ has got; stderr carries only a one-line error. From Python, pass ``say=print`` (
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -75,21 +76,50 @@ def say_on_stdout(message: str) -> None:
     print(message, flush=True)
 
 
-def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0, say: Callable[[str], None] = _quiet) -> Policy:
-    """The greedy policy of ``run_dir``'s newest complete checkpoint (slot ``slot`` of a multi-seed or sweep run);
-    ``say`` is told when the checkpoint is read."""
+def is_population(meta: dict) -> bool:
+    """A run of members searched or trained with PBT (``--search``): its members are compared, not pooled."""
+    return bool(meta["run"].get("search"))
+
+
+def resolve_slot(run_dir: str | Path, meta: dict, slot: int | str | None) -> int:
+    """``slot`` as an index: ``"best"`` is the fittest member at the end (``rlpar.population.best_member``: the best
+    ranked at the last PBT round, else by the last evaluation or training return); ``None`` is ``"best"`` for a
+    population run and 0 otherwise. ``ValueError`` naming a slot the run does not have."""
+    from rlpar import population
+
+    if slot is None:
+        slot = "best" if is_population(meta) else 0
+    if slot == "best":
+        path = Path(run_dir) / rundir.METRICS
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+        best = population.best_member(records)
+        if best is None:
+            raise ValueError(f"slot='best': the run in {run_dir} logged no members to rank (a run of one slot, or "
+                             "no chunk logged yet): give --slot I")
+        return best
+    if isinstance(slot, bool) or not isinstance(slot, int) or not 0 <= slot < num_slots(meta):
+        raise ValueError(f"slot={slot!r}: the run in {run_dir} has {num_slots(meta)} slot(s): "
+                         f"use 0..{num_slots(meta) - 1}, or best")
+    return slot
+
+
+def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None = None,
+                say: Callable[[str], None] = _quiet) -> Policy:
+    """The greedy policy of ``run_dir``'s newest complete checkpoint: slot ``slot`` of a multi-seed, sweep or
+    population run (``"best"``: its fittest member; default: ``"best"`` for a population run, else slot 0), with the
+    hyperparameters that member had in the checkpoint; ``say`` is told when the checkpoint is read."""
     import jax
 
     from rlpar import checkpoint, parallel, registry, runner, seeds
 
     meta = rundir.read_meta(run_dir)
-    if not 0 <= slot < num_slots(meta):
-        raise ValueError(f"slot={slot}: the run in {run_dir} has {num_slots(meta)} slot(s): "
-                         f"use 0..{num_slots(meta) - 1}")
+    slot = resolve_slot(run_dir, meta, slot)
     spec = registry.from_meta(meta)
     config = rundir.build_config(spec.config_cls, meta["config"])
     env, env_params = _make_env(meta)
-    slots = seeds.make_slots(meta["run"].get("num_seeds", 1), meta["run"].get("sweep", ""), spec.config_cls)
+    run = meta["run"]
+    slots = seeds.make_slots(run.get("num_seeds", 1), run.get("sweep", ""), spec.config_cls,
+                             search=run.get("search", ""), population=run.get("population", 0), seed=config.seed)
     make = runner.make_program_factory(spec, config, slots, env, env_params, config.num_envs // meta["num_devices"])
     devices = range(meta["num_devices"])  # only the count matters for the shapes
     abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)))
@@ -100,12 +130,12 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int = 0, say: Call
     template = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), abstract)
     say(f"restoring the checkpoint at update {step} from {checkpoints.path(step)} ...")
     start = time.perf_counter()
-    agent_state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state.agent)  # device 0
+    state = jax.tree.map(lambda x: np.asarray(x)[0], checkpoints.restore(step, template).state)  # device 0's row
     say(f"restored in {time.perf_counter() - start:.1f}s")
-    if slots.count > 1 or slots.field is not None:
+    agent_state = state.agent
+    if state.population is not None:  # the member's values as they were at the checkpoint (PBT may have moved them)
         agent_state = jax.tree.map(lambda x: x[slot], agent_state)
-        if slots.field is not None:
-            config = config.replace(**{slots.field: slots.values[slot]})
+        config = config.replace(**{name: float(v[slot]) for name, v in state.population.hparams.items()})
     agent = spec.make(config, env, env_params, num_envs, None)
     return Policy(agent.policy(agent_state, True), agent.initial_carry, meta["run"]["env"], step, slot)
 
@@ -163,7 +193,7 @@ def _max_steps(env, env_params, default: int = 10_000) -> int:
     return default if limit is None else limit
 
 
-def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int = 0,
+def evaluate(run_dir: str | Path, episodes: int = 10, seed: int = 0, slot: int | str | None = None,
              say: Callable[[str], None] = _quiet) -> Evaluation:
     """Mean and spread of the greedy policy's return over ``episodes`` episodes (``ValueError`` for a bad run dir);
     ``say`` is told of each long step."""
@@ -212,8 +242,9 @@ def check_gif(run_dir: str | Path, path: str | Path) -> None:
                          "another path")
 
 
-def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None, slot: int = 0,
-              on_frame: Callable[[int, int], None] | None = None, say: Callable[[str], None] = _quiet) -> int:
+def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: int | None = None,
+              slot: int | str | None = None, on_frame: Callable[[int, int], None] | None = None,
+              say: Callable[[str], None] = _quiet) -> int:
     """Render the greedy policy's first episode (its first ``max_frames`` steps, if given) to ``path`` with gymnax's
     visualizer or the suite's renderer; returns the frame count. ``on_frame(i, n)`` is called as frame ``i`` of
     ``n`` is drawn; ``say`` is told of each long step (and, without ``on_frame``, of every 50th frame)."""
@@ -296,25 +327,28 @@ def main(argv: list[str] | None = None) -> int:
                         help="a run dir with a checkpoint (python -m rlpar.train ... --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default: 10)")
     parser.add_argument("--seed", type=int, default=0, help="seed for the environments' resets (default: 0)")
-    parser.add_argument("--slot", type=int, default=None, metavar="I",
-                        help="evaluate only slot I of a multi-seed / sweep run (default: every slot)")
+    parser.add_argument("--slot", type=_slot_arg, default=None, metavar="I|best",
+                        help="evaluate only slot I of a multi-seed / sweep / population run, or its fittest member "
+                             "(best) (default: best for a population run, every slot otherwise)")
     parser.add_argument("--gif", metavar="FILE", help="also render the first episode (of the first slot) to this GIF")
     args = parser.parse_args(argv)
     try:
         if args.gif:
             check_gif(args.run_dir, args.gif)  # before the episodes run
         meta = rundir.read_meta(args.run_dir)
-        chosen = [args.slot] if args.slot is not None else list(range(num_slots(meta)))
-        for i, slot in enumerate(chosen):
-            prefix = f"slot {slot} ({i + 1}/{len(chosen)}): " if len(chosen) > 1 else ""
+        chosen = args.slot if args.slot is not None or not is_population(meta) else "best"
+        slots = [resolve_slot(args.run_dir, meta, chosen)] if chosen is not None else list(range(num_slots(meta)))
+        for i, slot in enumerate(slots):
+            prefix = f"slot {slot} ({i + 1}/{len(slots)}): " if len(slots) > 1 else ""
             result = evaluate(args.run_dir, args.episodes, args.seed, slot, _prefixed(prefix))
-            label = f" slot {slot} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
+            best = " (the fittest member)" if chosen == "best" else ""
+            label = f" slot {slot}{best} ({_slot_label(meta, slot)})" if num_slots(meta) > 1 else ""
             print(f"{args.run_dir}{label}: greedy policy, {args.episodes} episodes: return {result.mean:.2f} +- "
                   f"{result.std:.2f} (min {result.returns.min():.2f}, max {result.returns.max():.2f}), "
                   f"mean length {result.lengths.mean():.1f}", flush=True)
         if args.gif:
             say_on_stdout(f"rendering {args.gif} ...")
-            frames = write_gif(args.run_dir, args.gif, args.seed, slot=args.slot or 0, say=say_on_stdout)
+            frames = write_gif(args.run_dir, args.gif, args.seed, slot=chosen, say=say_on_stdout)
             print(f"wrote {args.gif} ({frames} frames)")
     except (ValueError, RuntimeError) as err:
         return errors.fail(err, 2)
@@ -328,7 +362,17 @@ def _prefixed(prefix: str) -> Callable[[str], None]:
 
 def _slot_label(meta: dict, slot: int) -> str:
     described = meta["slots"][slot]
-    return ", ".join(f"{k}={v}" for k, v in described.items() if k != "slot")
+    start = " at the start" if meta["run"].get("pbt") else ""  # PBT moves the values; config.json has the first ones
+    return ", ".join(f"{k}={v}" for k, v in described.items() if k != "slot") + start
+
+
+def _slot_arg(text: str) -> int | str:
+    if text == "best":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a slot number or best") from None
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-"""A run's log files: ``metrics.jsonl``, ``timing.jsonl`` and (optionally) TensorBoard events and a Weights &
-Biases run.
+"""A run's log files: ``metrics.jsonl``, ``timing.jsonl``, ``population.jsonl`` (a population run's PBT rounds) and
+(optionally) TensorBoard events and a Weights & Biases run.
 
 Each logged chunk's record is split in two. Its wall-clock fields (``TIMING_FIELDS``) go to ``timing.jsonl``; the
 rest (losses, episode statistics, update and step counts) go to ``metrics.jsonl``, which is therefore bit-identical
@@ -35,9 +35,11 @@ def tensorboard_scalars(record: dict, prefix: str = "") -> dict[str, float]:
     (``perf/memory/device0/peak_bytes_in_use``)."""
     scalars = {}
     for name, value in record.items():
-        if name in _STEP_FIELDS or value is None:
+        if name in _STEP_FIELDS or name == "pbt" or value is None:  # "pbt": lineage, in population.jsonl
             continue
-        if name == "slots":
+        if isinstance(value, dict):  # a slot's hyperparameters: slot0/hparams/lr
+            scalars.update(tensorboard_scalars(value, f"{prefix}{name}/"))
+        elif name == "slots":
             for i, slot in enumerate(value):
                 scalars.update(tensorboard_scalars(slot, f"slot{i}/"))
         elif name == "memory":
@@ -45,7 +47,8 @@ def tensorboard_scalars(record: dict, prefix: str = "") -> dict[str, float]:
                 scalars.update({f"perf/memory/device{device['device']}/{key}": float(v)
                                 for key, v in device.items() if key != "device"})
         else:
-            tag = name if "/" in name else f"perf/{name}" if name in TIMING_FIELDS else f"train/{name}"
+            tag = name if "/" in name or prefix.endswith("hparams/") else f"perf/{name}" if name in TIMING_FIELDS \
+                else f"train/{name}"
             scalars[prefix + tag] = float(value)
     return scalars
 
@@ -95,6 +98,12 @@ class RunLogger:
         mode = "a" if resume_at is not None else "w"
         self._metrics = open(metrics_path, mode)
         self._timing = open(timing_path, mode)
+        self._population = None  # population.jsonl: opened at the first PBT round; rewritten from the records kept
+        if any(record.get("pbt") for record in self.previous_records):
+            for record in self.previous_records:
+                self._write_population(record)
+        elif resume_at is not None and (self.run_dir / rundir.POPULATION).exists():
+            (self.run_dir / rundir.POPULATION).unlink()
         self._tensorboard = self._open_tensorboard(resume_at) if tensorboard else None
         self._wandb = self._open_wandb(wandb_project, wandb_config, resume_at) if wandb else None
 
@@ -135,12 +144,24 @@ class RunLogger:
         run.define_metric("*", step_metric="env_steps")
         return run
 
+    def _write_population(self, record: dict) -> None:
+        from rlpar import population
+
+        lines = population.population_lines(record)
+        if not lines:
+            return
+        if self._population is None:
+            self._population = open(self.run_dir / rundir.POPULATION, "w")  # derived from metrics.jsonl: rewritten
+        self._population.write("".join(json.dumps(line) + "\n" for line in lines))
+        self._population.flush()
+
     def write(self, record: dict) -> None:
         metrics, timing = split_record(record)
         self._metrics.write(json.dumps(metrics) + "\n")
         self._timing.write(json.dumps(timing) + "\n")
         self._metrics.flush()
         self._timing.flush()
+        self._write_population(record)
         self.num_records += 1
         if self._tensorboard is not None:
             for tag, value in tensorboard_scalars(record).items():
@@ -164,6 +185,8 @@ class RunLogger:
     def close(self) -> None:
         self._metrics.close()
         self._timing.close()
+        if self._population is not None:
+            self._population.close()
         if self._tensorboard is not None:
             self._tensorboard.close()
         if self._wandb is not None:

@@ -5,6 +5,9 @@ one standard deviation either side; other runs get a line (and band) of their ow
 tell the groups apart. A sweep run (``--sweep lr=...``: ``config.json`` lists its ``"slots"``) gives one line per
 swept value, over that value's seeds, labelled ``lr=0.0001``; never one line pooled over the values.
 
+One population run (``--search``, ``--pbt``) is drawn member by member instead: each member's return, and below it
+one panel per searched field with each member's value over the run (PBT changes them at its rounds).
+
 Runs that evaluated their greedy policy during training (``--eval-every``: records with ``eval/episode_return``)
 add a dashed line per group in the same colour: the evaluation return at the env steps it was measured.
 
@@ -186,11 +189,62 @@ def _draw_band(ax, b: Band, color) -> None:
         ax.fill_between(b.steps, b.mean - b.std, b.mean + b.std, color=color, alpha=0.25, linewidth=0)
 
 
-def plot(run_dirs: list[str], out: str | Path) -> Path:
-    """Write the learning-curve PNG for ``run_dirs`` to ``out`` (its folder is created); returns its path."""
+def is_population(run_dir: str | Path) -> bool:
+    """A run of members (``--search``, with or without ``--pbt``): ``config.json`` names its search."""
+    return bool(rundir.read_meta(run_dir).get("run", {}).get("search"))
+
+
+def population_figure(run_dir: str | Path):
+    """A population run's figure: on top each member's training return (and, dashed, its greedy evaluations) against
+    env steps; below, one panel per searched field with each member's value over the run (from ``config.json``'s
+    start values and each logged chunk's), PBT rounds as dotted vertical lines."""
+    import matplotlib
+
+    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = figure(run_dirs)
+    records = read_records(run_dir)
+    start = rundir.read_meta(run_dir)["slots"]
+    fields = [k for k in start[0] if k not in ("slot", "seed_index")]
+    fig, axes = plt.subplots(1 + len(fields), 1, figsize=(7, 3 + 2 * len(fields)), dpi=120, sharex=True,
+                             squeeze=False)
+    axes = axes[:, 0]
+    per_update = records[0]["env_steps"] / records[0]["update"]
+    rounds = [r for record in records for r in record.get("pbt", [])]
+    for i in range(len(start)):
+        returns = [(r["env_steps"], r["slots"][i].get(Y_FIELD)) for r in records]
+        line, = axes[0].plot(*zip(*[(x, y) for x, y in returns if y is not None] or [(np.nan, np.nan)]),
+                             label=f"member {i}")
+        evals = [(r["env_steps"], r["slots"][i][EVAL_FIELD]) for r in records if EVAL_FIELD in r["slots"][i]]
+        if evals:
+            axes[0].plot(*zip(*evals), linestyle="--", marker=".", color=line.get_color())
+        for ax, name in zip(axes[1:], fields):  # values change only at rounds: the start, each round, the end
+            points = [(0, start[i][name])] + [(r["update"] * per_update, r["hparams"][name][i]) for r in rounds]
+            points.append((records[-1]["env_steps"], records[-1]["slots"][i].get("hparams", {}).get(name, np.nan)))
+            ax.step(*zip(*points), where="post", color=line.get_color())
+    for r in rounds:
+        for ax in axes:
+            ax.axvline(r["update"] * per_update, color="grey", linestyle=":", linewidth=0.8)
+    axes[0].set_ylabel("mean episode return")
+    axes[0].set_title("members' returns (dashed: greedy evaluation), dotted: PBT rounds", fontsize=10)
+    axes[0].legend(loc="best", fontsize=7, ncol=2)
+    for ax, name in zip(axes[1:], fields):
+        ax.set_ylabel(name)
+        if all(s[name] > 0 for s in start):
+            ax.set_yscale("log")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel("environment steps")
+    fig.tight_layout()
+    return fig
+
+
+def plot(run_dirs: list[str], out: str | Path) -> Path:
+    """Write the learning-curve PNG for ``run_dirs`` to ``out`` (its folder is created); returns its path. One
+    population run gets ``population_figure``: its members' returns and each searched value's schedule."""
+    import matplotlib.pyplot as plt
+
+    fig = population_figure(run_dirs[0]) if len(run_dirs) == 1 and is_population(run_dirs[0]) else figure(run_dirs)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     try:

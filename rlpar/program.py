@@ -24,10 +24,12 @@ from rlpar.rollout import Experience, RolloutState
 @struct.dataclass
 class TrainState:
     """Per-device state of a run: the agent's own state and the collector's (environments, observations, carry,
-    acting key). Every leaf has this device's values; the agent's parameters are identical on every device."""
+    acting key). Every leaf has this device's values; the agent's parameters are identical on every device. A run of
+    several slots adds ``population`` (``rlpar.population.Members``: each slot's hyperparameters, PBT's counters)."""
 
     agent: Any
     rollout: RolloutState
+    population: Any = None
 
 
 class Program(NamedTuple):

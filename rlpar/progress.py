@@ -20,6 +20,7 @@ from typing import TextIO
 
 COMPILING = "compiling the update program..."
 EVAL_RETURN = "eval/episode_return"  # a record's mean greedy-evaluation return, when it has one
+MEMBERS = ["<members>"]  # slot_labels of a population run (--search): show the best member, not every one
 
 
 def slot_label(slot: dict) -> str:
@@ -52,9 +53,27 @@ def returns_by_label(slots: list[dict], labels: list[str]) -> dict[str, float | 
     return {label: (ret / n if n else None) for label, (ret, n) in sums.items()}
 
 
+def format_values(hparams: dict) -> str:
+    """A member's values, short: ``{"lr": 0.000256123, "gamma": 0.99}`` -> ``"lr=0.000256, gamma=0.99"``."""
+    return ", ".join(f"{name}={value:.3g}" for name, value in hparams.items())
+
+
+def format_best(record: dict, key: str = "episode_return") -> str:
+    """A population run's best member in the record by ``key`` and its values now:
+    ``"best 2 (lr=0.00256, ent_coef=0.00764): 33.50"``; ``"n/a"`` when no member has the value."""
+    scored = [(slot[key], i) for i, slot in enumerate(record["slots"]) if slot.get(key) is not None]
+    if not scored:
+        return "n/a"
+    value, best = max(scored, key=lambda pair: (pair[0], -pair[1]))
+    return f"best {best} ({format_values(record['slots'][best].get('hparams', {}))}): {value:.2f}"
+
+
 def format_return(record: dict, slot_labels: list[str] | None = None) -> str:
     """The record's mean return (``"    23.10"``, ``"      n/a"``), or with ``slot_labels`` and per-slot stats in the
-    record, one per label: ``"lr=0.0001: 23.10  lr=0.001: 45.20"``."""
+    record, one per label: ``"lr=0.0001: 23.10  lr=0.001: 45.20"``; for a population run (``slot_labels`` is
+    ``MEMBERS``) the best member's (``format_best``)."""
+    if slot_labels == MEMBERS and record.get("slots"):
+        return format_best(record)
     if slot_labels and record.get("slots"):
         per_label = returns_by_label(record["slots"], slot_labels)
         return "  ".join(f"{label}: {ret:.2f}" if ret is not None else f"{label}: n/a"
@@ -77,6 +96,8 @@ def format_eval(record: dict, slot_labels: list[str] | None = None) -> str:
     ``"eval lr=0.0001: 23.10  lr=0.001: 500.00"``), ``""`` for one without."""
     if EVAL_RETURN not in record:
         return ""
+    if slot_labels == MEMBERS and record.get("slots"):
+        return "eval " + format_best(record, EVAL_RETURN)
     if slot_labels and record.get("slots"):
         per_label = evals_by_label(record["slots"], slot_labels)
         return "eval " + "  ".join(f"{label}: {ret:.2f}" for label, ret in per_label.items())
@@ -246,7 +267,8 @@ def recent_returns(records: list[dict], slot_labels: list[str] | None = None, la
     """The mean return of the last ``last`` logged chunks' episodes, for the ``done:`` line: one number, or one per
     label (``"lr=0.0001: 23.10  lr=0.001: 45.20"``), never a pool of different hyperparameters."""
     if slot_labels and records and records[-1].get("slots"):
-        per_slot = [_recent([r["slots"][i] for r in records], last) for i in range(len(slot_labels))]
+        per_slot = [{**_recent([r["slots"][i] for r in records], last), "hparams": slot.get("hparams", {})}
+                    for i, slot in enumerate(records[-1]["slots"])]
         return format_return({"slots": per_slot}, slot_labels)
     ret = _recent(records, last)["episode_return"]
     return f"{ret:.2f}" if ret is not None else "n/a"

@@ -23,10 +23,12 @@ from typing import Any
 FORMAT_VERSION = 2
 # Run settings added to config.json since format_version 2 began, with the values that reproduce what a run dir
 # written without them did (resuming one keeps its behaviour).
-RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64}
+RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64, "search": "", "population": 0, "pbt": False,
+                    "pbt_interval": 0, "pbt_quantile": 0.25, "pbt_resample": 0.25, "pbt_fitness": "train"}
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
+POPULATION = "population.jsonl"  # a PBT run's rounds: each member's parent, fitness and values
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 WANDB_RUN_ID = "wandb-run-id"

@@ -23,8 +23,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, preemption, program, program_cache,
-                   rollout, rundir, seeds)
+from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, population, preemption, program,
+                   program_cache, rollout, rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -60,6 +60,21 @@ class RunConfig:
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
     sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
                         "sweepable, e.g. lr); runs num_seeds x values slots")
+    search: str = _f("", "search several sweepable fields: FIELD=V1,V2 (a list), FIELD=LOW..HIGH (uniform) or "
+                         "FIELD=log:LOW..HIGH (log-uniform), separated by spaces; without --population the grid of "
+                         "the lists, with it that many seeded draws. Each member's values live in its training "
+                         "state: one compile serves them all")
+    population: int = _f(0, "members drawn from --search (each trained num_seeds times); 0 = the grid of --search")
+    pbt: bool = _f(False, "population-based training: every --pbt-interval updates the bottom --pbt-quantile of the "
+                          "members copy the agent state of a top one and perturb its --search values (x0.8 or x1.2, "
+                          "or redrawn with probability --pbt-resample), all inside the compiled program")
+    pbt_interval: int = _f(0, "updates between PBT rounds; 0 = about ten rounds per run (ceil(updates / 10))")
+    pbt_quantile: float = _f(0.25, "fraction of members replaced each PBT round (0 < Q <= 0.5), and of the best "
+                                   "members they copy from")
+    pbt_resample: float = _f(0.25, "probability that PBT's explore redraws a copied value from --search instead of "
+                                   "multiplying it by 0.8 or 1.2")
+    pbt_fitness: str = _f("train", "how PBT ranks members: train (mean training return since the last round) or "
+                                   "eval (a greedy evaluation of --eval-episodes at each round)")
     backend: str = _f("pmap", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a 1-D device mesh)")
     profile: str = _f("", "write a jax.profiler trace of one chunk of updates (the second: compiled and warm) to "
                           "this directory, for TensorBoard's profile plugin or Perfetto; empty = none")
@@ -92,7 +107,9 @@ class RunConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name}={value!r}: must be a positive integer")
-        seeds.make_slots(self.num_seeds, self.sweep)  # raises ValueError naming a bad num_seeds or sweep syntax
+        # a ValueError naming a bad num_seeds, sweep or search syntax
+        slots = seeds.make_slots(self.num_seeds, self.sweep, search=self.search, population=self.population)
+        self._validate_pbt(slots.count)
         if self.backend not in parallel.BACKENDS:
             raise ValueError(f"backend={self.backend!r}: must be one of {', '.join(parallel.BACKENDS)}")
         if not isinstance(self.process_id, int) or not 0 <= self.process_id < self.num_processes:
@@ -102,6 +119,39 @@ class RunConfig:
             raise ValueError(f"num_processes={self.num_processes} needs --coordinator HOST:PORT (or auto)")
         _check_run_dir_options(self)
         return self
+
+    def _validate_pbt(self, num_slots: int) -> None:
+        if not isinstance(self.pbt_interval, int) or isinstance(self.pbt_interval, bool) or self.pbt_interval < 0:
+            raise ValueError(f"pbt_interval={self.pbt_interval!r}: must be a positive integer, or 0 (about ten "
+                             "rounds per run)")
+        if not isinstance(self.pbt_quantile, (int, float)) or not 0 < self.pbt_quantile <= 0.5:
+            raise ValueError(f"pbt_quantile={self.pbt_quantile!r}: must be in (0, 0.5]")
+        if not isinstance(self.pbt_resample, (int, float)) or not 0 <= self.pbt_resample <= 1:
+            raise ValueError(f"pbt_resample={self.pbt_resample!r}: must be in [0, 1]")
+        if self.pbt_fitness not in population.FITNESS:
+            raise ValueError(f"pbt_fitness={self.pbt_fitness!r}: must be one of {', '.join(population.FITNESS)}")
+        if not self.pbt:
+            return
+        if not self.search:
+            raise ValueError("pbt needs --search: the fields and spaces its explore perturbs, e.g. --search "
+                             "'lr=log:1e-4..1e-2' --population 8")
+        if num_slots < 2:
+            raise ValueError(f"pbt with {num_slots} member: a population needs at least 2 (--population N, or more "
+                             "values in --search)")
+        if self.pbt_fitness == "eval" and self.eval_every == 0:
+            raise ValueError("pbt_fitness='eval' evaluates at each PBT round: give --eval-every -1 or N (not 0)")
+
+    def pbt_settings(self, num_updates: int) -> population.PBT | None:
+        """PBT's settings for a run of ``num_updates``; ``None`` without ``--pbt``. ``ValueError`` for an interval
+        that leaves no round."""
+        if not self.pbt:
+            return None
+        interval = self.pbt_interval or -(-num_updates // 10)
+        if interval >= num_updates:
+            raise ValueError(f"pbt_interval={interval} is not shorter than the run ({num_updates} updates): no PBT "
+                             f"round would happen; use at most {max(1, num_updates - 1)}")
+        return population.PBT(interval, float(self.pbt_quantile), float(self.pbt_resample), self.pbt_fitness,
+                              num_updates)
 
     def validate_devices(self, num_devices: int) -> "RunConfig":
         """What depends on the device count: evaluation episodes split evenly over the devices."""
@@ -270,23 +320,33 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep, type(config))
-    for value in sorted(set(slots.values)):  # each swept value must make a valid config on its own
-        config.replace(**{slots.field: value}).validate(len(devices))
+    slots = make_slots(run_config, config, len(devices))
+    pbt = run_config.pbt_settings(config.num_updates)
     from_id = env is None
     if env is None:
         env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
-    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes)
+    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes,
+                                pbt)
     check_agent(agent, config, env, env_params, config.num_envs // len(devices))  # before the run dir is touched
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
-    if slots.count > 1:
+    if slots.count > 1 or slots.hparams:
         meta["slots"] = slots.describe()
     description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
     return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+
+
+def make_slots(run_config: RunConfig, config, num_devices: int) -> seeds.Slots:
+    """The run's slots (``seeds.make_slots`` from its seeds, sweep, search and population, draws seeded by
+    ``config.seed``), each member's config checked on ``num_devices`` devices, and every searched field's space at
+    its ends (``ValueError`` naming the value)."""
+    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep, type(config), search=run_config.search,
+                             population=run_config.population, seed=config.seed)
+    seeds.validate_slots(config, slots, num_devices)
+    return slots
 
 
 def check_agent(agent: AgentSpec, config, env, env_params, num_envs: int) -> None:
@@ -355,9 +415,10 @@ def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_k
 
 
 def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,
-                         eval_episodes: int = 0) -> Callable[[str | None], program.Program]:
+                         eval_episodes: int = 0, pbt: population.PBT | None = None
+                         ) -> Callable[[str | None], program.Program]:
     """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped; with
-    ``eval_episodes`` (per device) its ``evaluate`` too."""
+    ``eval_episodes`` (per device) its ``evaluate`` too; with ``pbt``, PBT rounds in its update."""
 
     def make_program(axis_name):
         def one(cfg):
@@ -365,9 +426,9 @@ def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_
             return program.make_program(agent_fns, env, env_params, num_envs, cfg.num_steps, axis_name,
                                         eval_episodes=eval_episodes)
 
-        if slots.count == 1 and slots.field is None:
+        if slots.count == 1 and not slots.hparams:
             return one(config)
-        return seeds.vmap_slots(one, config, slots)
+        return seeds.vmap_slots(one, config, slots, axis_name, pbt)
 
     return make_program
 
@@ -500,10 +561,13 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             evaluation = {k: raw.pop(k) for k in (episodes.RETURNS, episodes.LENGTHS) if k in raw}
             raw = {k: v[:length] for k, v in raw.items()}  # the rows of the updates that ran
             _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
+            members = {k: raw.pop(k) for k in list(raw) if k.startswith(population.METRIC_PREFIX)}
             state, before, done = new_state, done, done + length
             record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
                                steps_in_chunk=length * config.batch_size * slots.count,  # sps: every slot's steps
                                evaluation=evaluation if evaluate else None)
+            if members:
+                add_members(record, members, before)
             if startup_s is not None:
                 record["startup_s"], startup_s = round(startup_s, 3), None
             memory = parallel.memory_stats(out.devices)
@@ -617,6 +681,29 @@ def summarize(raw: dict, *, update: int, env_steps: int, seconds: float, steps_i
     return record
 
 
+def add_members(record: dict, members: dict, before: int) -> None:
+    """Put a chunk's population metrics (``population.METRIC_PREFIX``, ``[length, S]`` each, from update
+    ``before + 1`` on) into its record: each slot's values at the chunk's end (``record["slots"][i]["hparams"]``),
+    and each PBT round in it (``record["pbt"]``: the update after which it ran, and per member the member it copied,
+    the fitness it was ranked by (``None``: it had none) and its values after the round)."""
+    names = [k[len(population.METRIC_PREFIX):] for k in members if k not in population.LINEAGE]
+    values = {name: np.asarray(members[population.METRIC_PREFIX + name]) for name in names}
+    for i, slot in enumerate(record["slots"]):
+        slot["hparams"] = {name: float(v[-1, i]) for name, v in values.items()}
+    if population.ROUND not in members:
+        return
+    rounds = []
+    for row in np.flatnonzero(np.asarray(members[population.ROUND])[:, 0]):
+        scored, fitness = np.asarray(members[population.SCORED])[row], np.asarray(members[population.FITNESS_KEY])[row]
+        rounds.append({
+            "update": before + int(row) + 1,
+            "parent": [int(p) for p in np.asarray(members[population.PARENT])[row]],
+            "fitness": [float(f) if ok else None for f, ok in zip(fitness, scored)],
+            "hparams": {name: [float(x) for x in v[row]] for name, v in values.items()},
+        })
+    record["pbt"] = rounds
+
+
 def chunk_lengths(num_updates: int, log_every: int) -> list[int]:
     """Updates per call of the compiled program: ``log_every`` each, then the remainder; e.g. (25, 10) ->
     [10, 10, 5]."""
@@ -641,7 +728,8 @@ def _due(before: int, after: int, every: int, num_updates: int) -> bool:
 
 
 # Settings a resumed run must share with the checkpoint for the result to be bit-identical.
-_RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep", "eval_every", "eval_episodes")
+_RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep", "eval_every", "eval_episodes", "search",
+                          "population", "pbt", "pbt_interval", "pbt_quantile", "pbt_resample", "pbt_fitness")
 
 
 def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:

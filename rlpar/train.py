@@ -97,12 +97,14 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
     from rlpar import parallel
 
-    from rlpar.runner import check_agent
+    from rlpar.runner import check_agent, make_slots
 
     env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))
+    make_slots(run_config, config, len(devices))  # fields the config cannot take, values it refuses
+    run_config.pbt_settings(config.num_updates)  # an interval as long as the run
     check_agent(spec, config, env, env_params, config.num_envs // len(devices))
     return devices
 
@@ -173,7 +175,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
                else "")
         print(f"interrupted at update {stop.update}; last checkpoint: {saved}{how}", file=sys.stderr, flush=True)
         return 130
-    say(_done_line(result, run_config), flush=True)
+    say(_done_line(result, run_config, config), flush=True)
     return 0
 
 
@@ -187,29 +189,51 @@ def _preempted_line(stop) -> str:
     return f"preempted at update {stop.update}; {saved}; continue with: {_prog()} --resume {stop.run_dir}"
 
 
-def _slot_labels(run_config: RunConfig) -> list[str] | None:
-    from rlpar import progress, seeds
+def _slots(run_config: RunConfig, config):
+    from rlpar import seeds
 
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    return seeds.make_slots(run_config.num_seeds, run_config.sweep, search=run_config.search,
+                            population=run_config.population, seed=config.seed)
+
+
+def _slot_labels(run_config: RunConfig, config) -> list[str] | None:
+    from rlpar import progress
+
+    if run_config.search:  # members are many and their values long: the progress line shows the best one
+        return progress.MEMBERS
+    slots = _slots(run_config, config)
     return progress.slot_labels(slots.describe()) if slots.count > 1 else None
 
 
-def _done_line(result, run_config: RunConfig) -> str:
-    from rlpar import seeds
+def _done_line(result, run_config: RunConfig, config) -> str:
     from rlpar.progress import final_evaluation, recent_returns
 
     total_s = sum(r["time_s"] for r in result.metrics)
-    slots = seeds.make_slots(run_config.num_seeds, run_config.sweep)
+    slots = _slots(run_config, config)
     steps = result.metrics[-1]["env_steps"] if result.metrics else 0
     all_steps = steps * slots.count  # every slot's steps, as the chunk lines and timing.jsonl count them
     startup = [r["startup_s"] for r in result.metrics if "startup_s" in r][-1:]  # this process's
     startup_s = f", {startup[0]:.1f}s from process start to the first update" if startup else ""
-    labels = _slot_labels(run_config)
+    labels = _slot_labels(run_config, config)
     evaluation = final_evaluation(result.metrics, labels, run_config.eval_episodes)
     evaluation = f"; {evaluation}" if evaluation else ""
     return (f"done: {all_steps:,} env steps in {total_s:.1f}s ({all_steps / max(total_s, 1e-9):,.0f} sps) "
             f"+ {result.compile_s:.1f}s compile{startup_s}; mean return of the last logged episodes "
-            f"{recent_returns(result.metrics, labels)}{evaluation}")
+            f"{recent_returns(result.metrics, labels)}{evaluation}{_best_member(result.metrics, run_config)}")
+
+
+def _best_member(records: list[dict], run_config: RunConfig) -> str:
+    """``"; best member 2 (ranked at the last PBT round): lr=0.00256, ent_coef=0.00764"`` for a population run."""
+    from rlpar import population
+    from rlpar.progress import format_values
+
+    best = population.best_member(records) if run_config.search else None
+    if best is None:
+        return ""
+    how = ("ranked at the last PBT round" if population.rounds_of(records) else
+           "by its last greedy evaluation" if any("eval/episode_return" in s for s in records[-1]["slots"]) else
+           "by its recent training return")
+    return f"; best member {best} ({how}): {format_values(records[-1]['slots'][best].get('hparams', {}))}"
 
 
 def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | None, say):
@@ -222,7 +246,7 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
         return run(spec, config, run_config, resume=resume_dir is not None)
     start = resume.updates_done(resume_dir)
     with ProgressDisplay(config.num_updates, config.batch_size, start_update=start,
-                         slot_labels=_slot_labels(run_config)) as show:
+                         slot_labels=_slot_labels(run_config, config)) as show:
         def on_status(event: str, info: dict) -> None:
             if event == "restoring":
                 say(f"restoring the newest checkpoint of {info['run_dir']} ...", flush=True)

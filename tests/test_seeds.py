@@ -18,7 +18,7 @@ TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, num_minib
 def test_slots_layout():
     slots = seeds.make_slots(2, "lr=0.1,0.2,0.3")
     assert slots.seed_index == (0, 1, 0, 1, 0, 1)
-    assert slots.values == (0.1, 0.1, 0.2, 0.2, 0.3, 0.3)
+    assert slots.hparams == {"lr": (0.1, 0.1, 0.2, 0.2, 0.3, 0.3)}
     assert slots.describe()[3] == {"slot": 3, "seed_index": 1, "lr": 0.2}
 
 
