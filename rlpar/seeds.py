@@ -51,11 +51,6 @@ class Space(NamedTuple):
             return float(math.exp(rng.uniform(math.log(self.low), math.log(self.high))))
         return float(rng.uniform(self.low, self.high))
 
-    def __str__(self) -> str:
-        if self.kind == "list":
-            return ",".join(f"{v:g}" for v in self.values)
-        return ("log:" if self.kind == "log" else "") + f"{self.low:g}..{self.high:g}"
-
 
 class Slots(NamedTuple):
     """What each slot trains with: ``seed_index[i]``, and ``hparams[field][i]`` for each searched or swept field.

@@ -127,8 +127,8 @@ def test_explore_perturbs_only_copied_members_by_0_8_or_1_2_within_the_space():
         assert ratio == pytest.approx(0.8) or ratio == pytest.approx(1.2)
         seen.add(round(ratio, 3))
         assert out["lr"][3] in (np.float32(1e-2 * 0.8), np.float32(1e-2))  # 1.2 x 1e-2 clipped to the space's top
-        assert out["gamma"][1] in (np.float32(0.95 * 0.8), np.float32(0.95 * 1.2))  \
-            or out["gamma"][1] in (np.float32(0.9), np.float32(0.99))  # clipped to the list's [0.9, 0.99]
+        # 0.95 x 0.8 = 0.76 and 0.95 x 1.2 = 1.14 both leave the list's [0.9, 0.99]: clipped to its ends
+        assert out["gamma"][1] in (np.float32(0.9), np.float32(0.99))
     assert seen == {0.8, 1.2}
     resampled = population.explore(hparams, parent, jax.random.PRNGKey(0), spaces, resample=1.0)
     assert set(np.asarray(resampled["gamma"])[[1, 3]].tolist()) <= {np.float32(0.9), np.float32(0.99)}
