@@ -13,7 +13,8 @@ at the last round, chosen before the final evaluation; for the search the member
 chosen on the number it reports, which favours the search), the median and maximum over members, compile and
 training seconds. The last line gives the median over seeds of each arm.
 
-    python benchmarks/population.py --envs Acrobot-v1 --seeds 3 --budget 100000 --out benchmarks/results/2026-12-04/population.jsonl
+    python benchmarks/population.py --envs Acrobot-v1 --seeds 3 --budget 100000 \
+        --out benchmarks/results/2026-12-04/population.jsonl
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from rlpar import train as train_cli
 from rlpar.checkpoint import Checkpoints
 
 # One device, 2 members drawn from two fields, 4 updates in chunks of 3 and 1, a PBT round after update 3 (a member
-# copies the other), a checkpoint right after it.
+# copies the other: both have finished episodes by then, so both have a fitness), a checkpoint right after it.
 COMMON = ["--devices", "1", "--population", "2", "--pbt", "--pbt-interval", "3", "--log-every", "3",
           "--checkpoint-every", "3", "--eval-every", "0"]
 REPLAY = ["--num-envs", "4", "--num-steps", "4", "--total-timesteps", str(4 * 4 * 4), "--buffer-size", "64",
@@ -22,10 +22,13 @@ ON_POLICY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--t
 FAMILIES = {
     "ppo_rnn": ["ppo_rnn", *ON_POLICY, "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16",
                 "--gru-size", "8", "--search", "lr=log:1e-4..1e-2 gae_lambda=0.8..1"],
-    "pqn": ["pqn", *ON_POLICY, "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16",
+    "pqn": ["pqn", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "16", "--total-timesteps",
+            str(4 * 16 * 4), "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16",
             "--search", "lr=log:1e-4..1e-2 q_lambda=0.5..0.9"],
     "dqn": ["dqn", "--env", "CartPole-v1", *REPLAY, "--search", "lr=log:1e-4..1e-2 tau=0.5..1"],
-    "sac": ["sac", "--env", "Pendulum-v1", *REPLAY, "--search", "actor_lr=log:1e-4..1e-2 gamma=0.9..0.99"],
+    # Pendulum's episodes last 200 steps: 70 per update, so each member has finished one (a fitness) by the round
+    "sac": ["sac", "--env", "Pendulum-v1", *REPLAY, "--num-steps", "70", "--total-timesteps", str(4 * 70 * 4),
+            "--buffer-size", "512", "--search", "actor_lr=log:1e-4..1e-2 gamma=0.9..0.99"],
     "a2c": ["examples.a2c:SPEC", *ON_POLICY, "--hidden-sizes", "16", "--search", "lr=log:1e-4..1e-2 ent_coef=0..0.05"],
 }
 
