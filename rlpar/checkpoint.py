@@ -205,7 +205,18 @@ class Checkpoints:
             with _quiet_orbax():
                 return unpack(checkpointer.restore(path, args=ocp.args.Composite(**items(ocp))))
         except Exception as err:  # orbax/tensorstore raise many types for missing or damaged files
+            if _missing_on_disk(err, "population"):
+                raise CheckpointError(
+                    f"checkpoint {path} was written before runs of several slots kept a population state (their "
+                    "members' hyperparameters and PBT counters): resume or evaluate it with the rlpar that wrote it, "
+                    "or start a new run") from err
             raise restore_failure(err, path, earlier=[s for s in self.committed_steps() if s < step]) from err
+
+
+def _missing_on_disk(err: BaseException, field: str) -> bool:
+    """Whether orbax refused a restore because the checkpoint lacks ``field`` that the template has (its message
+    names the field with ``Target: MISSING``): a checkpoint of an older state layout, not a damaged one."""
+    return any(f"{field}:" in str(e) and "Target: MISSING" in str(e) for e in _chain(err))
 
 
 # tensorstore status codes (absl) and message parts that prove the stored bytes are bad, not merely unreachable.

@@ -135,3 +135,14 @@ def test_ctrl_c_during_a_save_lets_the_save_finish_then_interrupts(tmp_path, mon
     assert checkpoints.committed_steps() == [3]
     monkeypatch.undo()
     np.testing.assert_array_equal(checkpoints.restore(3).state["w"], np.ones(4, np.float32))
+
+
+def test_a_checkpoint_of_the_state_before_populations_is_named_as_such(tmp_path):
+    # Runs of several slots gained TrainState.population: a checkpoint written before has no such subtree.
+    checkpoints = Checkpoints(tmp_path / "checkpoints")
+    checkpoints.save(4, {"agent": np.zeros(3, np.float32)}, Position(4, 2, 10, 10), {"agent": "ppo"})
+    template = {"agent": np.zeros(3, np.float32), "population": {"updates": np.zeros(2, np.int32)}}
+    with pytest.raises(checkpoint.CheckpointError, match="written before runs of several slots kept a population "
+                                                         "state") as raised:
+        checkpoints.restore(4, template)
+    assert "\n" not in str(raised.value) and str(tmp_path / "checkpoints" / "4") in str(raised.value)
