@@ -145,6 +145,18 @@ def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
                      f"or (env, env_params); accepted: {_ACCEPTED}")
 
 
+def _make_built_in(env_id: str, make: Callable[[], tuple[Any, Any]], env_kwargs: dict) -> tuple[Any, Any]:
+    """``make()`` of a gymnax or suite id; a ``ValueError`` it raises already names the env and what it accepts, any
+    other error (a keyword argument the constructor does not take) becomes one such line."""
+    try:
+        return make()
+    except ValueError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise from_user_code(f"env {env_id!r}: building it with env_kwargs {sorted(env_kwargs)}", err,
+                             "the keyword arguments its constructor or parameters take") from err
+
+
 def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
     """``(raw env, env_params or None)`` for anything ``make`` accepts."""
     if not isinstance(env, str):
@@ -159,9 +171,9 @@ def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
         return _call_factory(repr(env), _from_spec(env), env_kwargs)
     suite = suites.suite_of(env)
     if suite is not None:
-        return _call_factory(repr(env), lambda **kwargs: suites.make(env, suite, **kwargs), env_kwargs)
+        return _make_built_in(env, lambda: suites.make(env, suite, **env_kwargs), env_kwargs)
     if env in _gymnax_ids():
-        return _call_factory(repr(env), lambda **kwargs: import_gymnax().make(env, **kwargs), env_kwargs)
+        return _make_built_in(env, lambda: import_gymnax().make(env, **env_kwargs), env_kwargs)
     raise _unknown(env)
 
 
