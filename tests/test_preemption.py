@@ -97,14 +97,22 @@ def test_a_preempted_run_without_a_run_dir_says_nothing_was_saved(tmp_path):
                for line in stderr.splitlines()), stderr[-2000:]
 
 
-# A user's env whose every step sleeps 0.1 s on the host: a chunk of 4 updates x 4 steps takes 1.6 s or more, longer
-# than the grace period given below, so a signal arrives in the middle of one.
+# A user's env whose every step sleeps 0.2 s on the host and appends a line to steps.log: a chunk of 4 updates x 4
+# steps takes 3.2 s or more, longer than the grace period given below. The test signals once the log shows the
+# second chunk's second step (line 18), so the signal lands in the middle of that chunk, never in the moment between
+# the first chunk's checkpoint and the runner's look at the flag (which stops cleanly at update 4, as it should).
 SLOW_ENV = """
 import time
 import jax
 import jax.numpy as jnp
 from flax import struct
 from gymnax.environments import environment, spaces
+
+
+def _step_taken():
+    time.sleep(0.2)
+    with open("steps.log", "a") as log:
+        log.write("step\\n")
 
 
 @struct.dataclass
@@ -121,7 +129,7 @@ class Slow(environment.Environment):
         return jnp.zeros(2), State(time=0)
 
     def step_env(self, key, state, action, params):
-        jax.debug.callback(lambda: time.sleep(0.1))
+        jax.debug.callback(_step_taken)
         return jnp.zeros(2), State(time=state.time + 1), jnp.float32(1.0), jnp.bool_(False), {}
 
     def is_terminated(self, state, params):
@@ -146,8 +154,10 @@ def test_a_second_signal_or_the_grace_period_ends_the_run_at_once_and_the_newest
     grace = "1" if how == "grace period" else "600"
     proc = _start(tmp_path, [*SLOW_FLAGS, "--preemption-grace-s", grace])
     deadline = time.monotonic() + DEADLINE_S
-    while Checkpoints(run_dir / rundir.CHECKPOINTS).latest() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # the first chunk's checkpoint (update 4); the second chunk runs now
+    steps = tmp_path / "steps.log"
+    while (not steps.exists() or len(steps.read_text().splitlines()) < 18) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the second chunk's second step: 14 steps (2.8 s) of it are still to run
+    assert proc.poll() is None and Checkpoints(run_dir / rundir.CHECKPOINTS).latest() == 4
     proc.send_signal(signal.SIGTERM)
     if how == "second signal":
         time.sleep(0.3)
