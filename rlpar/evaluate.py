@@ -120,9 +120,12 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None =
     run = meta["run"]
     slots = seeds.make_slots(run.get("num_seeds", 1), run.get("sweep", ""), spec.config_cls,
                              search=run.get("search", ""), population=run.get("population", 0), seed=config.seed)
-    make = runner.make_program_factory(spec, config, slots, env, env_params, config.num_envs // meta["num_devices"])
+    groups = run.get("population_devices", 1)  # checkpoints hold [devices / groups, slots, ...] whatever the groups
+    make = runner.make_program_factory(spec, config, slots, env, env_params,
+                                       config.num_envs * groups // meta["num_devices"], members=parallel.MemberGroups(groups))
     devices = range(meta["num_devices"])  # only the count matters for the shapes
-    abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)))
+    abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)),
+                                     groups=groups)
     checkpoints = checkpoint.Checkpoints(Path(run_dir) / rundir.CHECKPOINTS)
     step = checkpoints.latest()
     if step is None:

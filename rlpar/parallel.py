@@ -12,6 +12,15 @@ sharded one row per device (``P(AXIS_NAME)``), parameters included: every device
 parameters, exactly as under pmap, so the per-device code sees the same values and the same (varying) types under
 both backends and its ``pmean`` of gradients means the same thing.
 
+A population of trainings (``rlpar.seeds``: seeds, swept and searched members, a slot each) may be spread over the
+devices too (``groups`` > 1, ``--population-devices``): the devices form a 2-D mesh ``POPULATION_AXIS`` x
+``AXIS_NAME`` (``M x D/M``), each group of ``D/M`` devices holds ``S/M`` of the ``S`` slots and trains them on all of
+their environments, so a gradient's all-reduce spans only the group (none when ``D/M = 1``). The per-device code
+still reduces over ``AXIS_NAME`` alone; what crosses groups goes through ``MemberGroups`` (a slot table's own rows, all
+members gathered). State leaves stay ``[D, ...]``, row ``p`` on device ``p`` (group ``p // (D/M)``); on the host
+(``rows_to_host``, checkpoints) they read ``[D/M, S, ...]``, the layout of a one-group run, so a checkpoint names
+slots the same way whatever the groups. Only the shard_map backend builds the 2-D mesh.
+
 Multi-process runs (``init_distributed``) use JAX's distributed runtime: ``D`` counts the devices of every process;
 each process builds the rows of its own devices and steps its own devices' environments, and collectives span all
 processes. Outputs are read back via ``out_axes`` and ``addressable_shards`` (this process's rows), never by
@@ -21,14 +30,65 @@ indexing a global array.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 AXIS_NAME = "devices"
+POPULATION_AXIS = "population"  # the mesh's first axis when the slots are spread over device groups
 BACKENDS = ("pmap", "shard_map")  # how the device axis is provided; see the module docstring
+
+
+class MemberGroups(NamedTuple):
+    """How a run's slots (its population's members) sit on the devices, as the per-device code sees it: ``groups``
+    device groups along ``POPULATION_AXIS``, each holding ``1/groups`` of the slots, in order (group ``g`` has
+    slots ``g * S/groups ...``). With one group (the default) every device holds every slot and both methods are
+    the identity. Use them only inside a program mapped with the same ``groups``."""
+
+    groups: int = 1
+
+    def own(self, table: Any) -> Any:
+        """This group's rows ``[S/groups, ...]`` of a pytree of per-slot tables ``[S, ...]`` (e.g. each slot's seed
+        index, or the members' values after a PBT round)."""
+        if self.groups == 1:
+            return table
+
+        def rows(x):
+            x = jnp.asarray(x)
+            size = x.shape[0] // self.groups
+            return jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(POPULATION_AXIS) * size, size)
+
+        return jax.tree.map(rows, table)
+
+    def gather(self, tree: Any) -> Any:
+        """Every slot's rows ``[S, ...]`` from each group's ``[S/groups, ...]``, the same in every group (one
+        all-gather per leaf over ``POPULATION_AXIS``)."""
+        if self.groups == 1:
+            return tree
+        return jax.tree.map(lambda x: jax.lax.all_gather(x, POPULATION_AXIS, tiled=True), tree)
+
+    def gather_same(self, tree: Any) -> Any:
+        """``gather`` for values already the same on every device of a group (metrics reduced over its devices):
+        marked the same in every group too (a max over ``POPULATION_AXIS``; ``shard_map`` checks that a program's
+        replicated outputs are), exact for equal values; booleans as int32 on the way."""
+        if self.groups == 1:
+            return tree
+
+        def same(x):
+            if x.dtype == jnp.bool_:
+                return jax.lax.pmax(x.astype(jnp.int32), POPULATION_AXIS).astype(jnp.bool_)
+            return jax.lax.pmax(x, POPULATION_AXIS)
+
+        return jax.tree.map(same, self.gather(tree))
+
+    def axes(self, axis_name: str | None) -> str | tuple[str, ...] | None:
+        """Every mesh axis of the program: what a value must be reduced over to be the same on every device."""
+        if self.groups == 1 or axis_name is None:
+            return axis_name
+        return (POPULATION_AXIS, axis_name)
 
 
 def init_distributed(
@@ -179,20 +239,47 @@ def device_keys(key: jax.Array, devices: Sequence) -> jax.Array:
     return jax.random.split(key, len(devices))
 
 
-def device_key(key: jax.Array, position: jax.Array, count: int) -> jax.Array:
+def device_key(key: jax.Array, position: jax.Array, count: int, groups: int = 1) -> jax.Array:
     """Row ``position`` of ``device_keys(key, devices)`` for ``count`` devices, computed inside a program (e.g. an
-    init mapped by ``map_init_at``): the same key, bit for bit."""
-    return jax.random.split(key, count)[position]
+    init mapped by ``map_init_at``): the same key, bit for bit. With ``groups``, the key of the device's position in
+    its group among ``count / groups``: each group draws as a run on that many devices would, so a member trained
+    by a group of ``K`` devices gets the keys it would get in a ``K``-device run of its own."""
+    size = count // groups
+    return jax.random.split(key, size)[position % size]
 
 
-def device_positions(devices: Sequence) -> jax.Array:
+def device_positions(devices: Sequence, groups: int = 1) -> jax.Array:
     """``[D]`` int32, row ``i`` on ``devices[i]`` holding ``i``: the second argument of a ``map_init_at`` init."""
-    return _shard_rows(np.arange(len(devices), dtype=np.int32), devices)
+    return _shard_rows(np.arange(len(devices), dtype=np.int32), devices, groups)
 
 
-def make_mesh(devices: Sequence) -> Mesh:
-    """The 1-D mesh over ``devices`` with the one axis ``AXIS_NAME`` (the mesh ``jax.pmap`` builds too)."""
-    return Mesh(np.asarray(devices), (AXIS_NAME,))
+def check_groups(num_devices: int, groups: int) -> None:
+    """``ValueError`` unless ``groups`` (``--population-devices``) is a positive divisor of ``num_devices``."""
+    if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0 or num_devices % groups:
+        divisors = [m for m in range(1, num_devices + 1) if num_devices % m == 0]
+        raise ValueError(f"population_devices={groups!r}: must divide the {num_devices} device(s) into equal groups: "
+                         f"use one of {', '.join(map(str, divisors))}")
+
+
+def make_mesh(devices: Sequence, groups: int = 1) -> Mesh:
+    """The 1-D mesh over ``devices`` with the one axis ``AXIS_NAME`` (the mesh ``jax.pmap`` builds too); with
+    ``groups`` > 1 the 2-D mesh ``POPULATION_AXIS`` x ``AXIS_NAME``, ``groups`` rows of consecutive devices."""
+    if groups == 1:
+        return Mesh(np.asarray(devices), (AXIS_NAME,))
+    check_groups(len(devices), groups)
+    return Mesh(np.asarray(devices).reshape(groups, -1), (POPULATION_AXIS, AXIS_NAME))
+
+
+def _row_spec(groups: int) -> PartitionSpec:
+    """A state's leading device axis ``[D, ...]``: one row per device, over both axes of a 2-D mesh."""
+    return PartitionSpec(AXIS_NAME) if groups == 1 else PartitionSpec((POPULATION_AXIS, AXIS_NAME))
+
+
+def _check_backend_groups(backend: str, groups: int) -> None:
+    _check_backend(backend)
+    if groups != 1 and backend != "shard_map":
+        raise ValueError(f"backend={backend!r} maps one device axis; population_devices={groups} needs the 2-D "
+                         "device mesh of backend shard_map (jax.jit over jax.shard_map)")
 
 
 def _check_backend(backend: str) -> None:
@@ -214,11 +301,11 @@ def _rows_to_global(rows: Any, devices: Sequence) -> Any:
     return jax.tree.map(to_global, rows)
 
 
-def _shard_rows(table: jax.Array, devices: Sequence) -> jax.Array:
+def _shard_rows(table: jax.Array, devices: Sequence, groups: int = 1) -> jax.Array:
     """A table ``[D, ...]`` that every process can compute whole (e.g. ``device_keys``) as a global array with row
     ``i`` on ``devices[i]``; each process places only its own rows."""
     table = np.asarray(table)
-    sharding = NamedSharding(make_mesh(devices), PartitionSpec(AXIS_NAME))
+    sharding = NamedSharding(make_mesh(devices, groups), _row_spec(groups))
     return jax.make_array_from_callback(table.shape, sharding, lambda index: table[index])
 
 
@@ -230,20 +317,20 @@ def _without_leading_axis(tree: Any) -> Any:
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _shard_map_init(init: Callable, devices: Sequence) -> Callable:
+def _shard_map_init(init: Callable, devices: Sequence, groups: int = 1) -> Callable:
     """``init(shared, row)`` as ``jit(shard_map)``: ``shared`` replicated, per-device rows ``[D, ...]`` (keys, or
     positions) -> state ``[D, ...]``."""
 
     def per_device(shared, row_block):  # [1, ...]: this device's row
         return _leading_axis(init(shared, _without_leading_axis(row_block)))
 
-    spec = PartitionSpec(AXIS_NAME)
+    spec = _row_spec(groups)
     return jax.jit(
-        jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=(PartitionSpec(), spec), out_specs=spec)
+        jax.shard_map(per_device, mesh=make_mesh(devices, groups), in_specs=(PartitionSpec(), spec), out_specs=spec)
     )
 
 
-def _shard_map_step(step: Callable, devices: Sequence, donate: bool, shared: bool) -> Callable:
+def _shard_map_step(step: Callable, devices: Sequence, donate: bool, shared: bool, groups: int = 1) -> Callable:
     """``step(state[, shared]) -> (state, metrics)`` as ``jit(shard_map)``: state ``[D, ...]`` in and out, ``shared``
     and metrics replicated.
 
@@ -255,9 +342,10 @@ def _shard_map_step(step: Callable, devices: Sequence, donate: bool, shared: boo
         state, metrics = step(_without_leading_axis(state_block), *shared_args)
         return _leading_axis(state), metrics
 
-    spec = PartitionSpec(AXIS_NAME)
+    spec = _row_spec(groups)
     in_specs = (spec, PartitionSpec()) if shared else (spec,)
-    mapped = jax.shard_map(per_device, mesh=make_mesh(devices), in_specs=in_specs, out_specs=(spec, PartitionSpec()))
+    mapped = jax.shard_map(per_device, mesh=make_mesh(devices, groups), in_specs=in_specs,
+                           out_specs=(spec, PartitionSpec()))
     return jax.jit(mapped, donate_argnums=(0,) if donate else ())
 
 
@@ -283,42 +371,89 @@ def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, bac
     return init
 
 
-def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, backend: str = "pmap") -> Callable:
+def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, backend: str = "pmap",
+                groups: int = 1) -> Callable:
     """``init(shared, positions)`` -> per-device state mapped over ``devices``, every leaf ``[D, ...]``, for an init
     that derives its per-device values itself: ``make_init(axis_name)`` returns ``init(shared, position)``, called on
     each device with ``shared`` whole and ``position`` its index in ``devices`` (an int32 scalar).
 
     Returns the mapped function, to compile ahead of time (``.lower(shared, device_positions(devices)).compile()``)
     and call with the same arguments: then nothing but that one program runs, which a cached start needs, in any
-    number of processes (the compiled program takes and returns global arrays).
+    number of processes (the compiled program takes and returns global arrays). ``groups``: see ``MemberGroups``.
     """
-    _check_backend(backend)
+    _check_backend_groups(backend, groups)
     init = make_init(AXIS_NAME)
     if backend == "shard_map":
-        return _shard_map_init(init, devices)
+        return _shard_map_init(init, devices, groups)
     return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
 
-def state_shapes_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any) -> Any:
-    """The state ``map_init_at(make_init, devices)(shared, device_positions(devices))`` would return, as
-    ``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with its sharding (one row per device), traced, not run or compiled:
-    what lowering a step for that state needs before the state exists."""
-    per_device = jax.vmap(make_init(AXIS_NAME), in_axes=(None, 0), axis_name=AXIS_NAME)
+def _vmapped_devices(init: Callable, num_devices: int, groups: int) -> Callable:
+    """``init(shared, rows [D, ...])`` over every device at once, ``vmap`` over the same named axes standing in for
+    the devices (both mesh axes with ``groups`` > 1); leaves ``[D, ...]`` in device order."""
+    per_device = jax.vmap(init, in_axes=(None, 0), axis_name=AXIS_NAME)
+    if groups == 1:
+        return per_device
+    per_group = jax.vmap(per_device, in_axes=(None, 0), axis_name=POPULATION_AXIS)
+
+    def all_devices(shared, rows):
+        out = per_group(shared, jax.tree.map(lambda x: x.reshape((groups, num_devices // groups) + x.shape[1:]), rows))
+        return jax.tree.map(lambda x: x.reshape((num_devices,) + x.shape[2:]), out)
+
+    return all_devices
+
+
+def state_shapes_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any,
+                    groups: int = 1) -> Any:
+    """The state ``map_init_at(make_init, devices, groups=groups)(shared, device_positions(devices))`` would return,
+    as ``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with its sharding (one row per device), traced, not run or
+    compiled: what lowering a step for that state needs before the state exists."""
+    per_device = _vmapped_devices(make_init(AXIS_NAME), len(devices), groups)
     shapes = jax.eval_shape(per_device, shared, np.arange(len(devices), dtype=np.int32))
-    sharding = NamedSharding(make_mesh(devices), PartitionSpec(AXIS_NAME))
+    sharding = NamedSharding(make_mesh(devices, groups), _row_spec(groups))
     return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
 
 
-def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array) -> Any:
+def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array,
+                 groups: int = 1) -> Any:
     """Shapes and dtypes (``jax.ShapeDtypeStruct``) of the state ``map_init(make_init, devices)(shared, key)`` would
-    return, every leaf ``[D, ...]``, computed without running or compiling it, for any backend and process count
-    (``vmap`` over the same named axis stands in for the devices)."""
-    per_device = jax.vmap(make_init(AXIS_NAME), in_axes=(None, 0), axis_name=AXIS_NAME)
-    return jax.eval_shape(per_device, shared, device_keys(key, devices))
+    return as the host reads it (``rows_to_host``, a checkpoint): every leaf ``[D, ...]``, or ``[D/groups, S, ...]``
+    with ``groups``; computed without running or compiling it, for any backend and process count."""
+    per_device = _vmapped_devices(make_init(AXIS_NAME), len(devices), groups)
+    shapes = jax.eval_shape(per_device, shared, device_keys(key, devices))
+    return jax.eval_shape(lambda tree: _host_layout(tree, groups), shapes)
+
+
+def _host_layout(tree: Any, groups: int) -> Any:
+    """Device rows ``[D, S/M, ...]`` (``M = groups``; row ``g * D/M + k`` on device ``k`` of group ``g``) as
+    ``[D/M, S, ...]``: row ``k`` holds every slot, slot ``g * S/M + j`` from group ``g``'s slot ``j``; what a
+    one-group run has. numpy or jax arrays."""
+    if groups == 1:
+        return tree
+
+    def relaid(x):
+        size = x.shape[0] // groups
+        x = x.reshape((groups, size) + x.shape[1:]).swapaxes(0, 1)
+        return x.reshape((size, groups * x.shape[2]) + x.shape[3:])
+
+    return jax.tree.map(relaid, tree)
+
+
+def _device_layout(tree: Any, groups: int) -> Any:
+    """The inverse of ``_host_layout``: host rows ``[D/M, S, ...]`` as device rows ``[D, S/M, ...]``."""
+    if groups == 1:
+        return tree
+
+    def relaid(x):
+        size, slots = x.shape[0], x.shape[1] // groups
+        x = x.reshape((size, groups, slots) + x.shape[2:]).swapaxes(0, 1)
+        return x.reshape((groups * size, slots) + x.shape[3:])
+
+    return jax.tree.map(relaid, tree)
 
 
 def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, donate: bool = True,
-             backend: str = "pmap", *, shared: bool = False):
+             backend: str = "pmap", *, shared: bool = False, groups: int = 1):
     """``step(state) -> (state, metrics)`` mapped over ``devices``.
 
     ``make_step(axis_name)`` returns the pure per-device step. Its metrics must already be reduced over the axis
@@ -326,11 +461,12 @@ def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, don
     devices. With ``shared=True`` the step is ``step(state, shared)``: ``shared`` is a pytree that every device
     receives whole (``in_axes=None`` / ``P()``), e.g. how many updates to run; place it with ``replicate``.
     Returns the mapped function; ``.lower(state).compile()`` works on it for ahead-of-time compilation (use
-    ``compile_step``, which a multi-process run needs).
+    ``compile_step``, which a multi-process run needs). ``groups``: see ``MemberGroups``; the metrics must then be the
+    same over both mesh axes.
     """
-    _check_backend(backend)
+    _check_backend_groups(backend, groups)
     if backend == "shard_map":
-        return _shard_map_step(make_step(AXIS_NAME), devices, donate, shared)
+        return _shard_map_step(make_step(AXIS_NAME), devices, donate, shared, groups)
     return jax.pmap(
         make_step(AXIS_NAME),
         axis_name=AXIS_NAME,
@@ -341,10 +477,10 @@ def map_step(make_step: Callable[[str | None], Callable], devices: Sequence, don
     )
 
 
-def replicate(tree: Any, devices: Sequence) -> Any:
+def replicate(tree: Any, devices: Sequence, groups: int = 1) -> Any:
     """Host values (the same in every process) as global arrays with a whole copy on each of ``devices``: how a
     step's ``shared`` argument is passed, under either backend and in any number of processes."""
-    sharding = NamedSharding(make_mesh(devices), PartitionSpec())
+    sharding = NamedSharding(make_mesh(devices, groups), PartitionSpec())
 
     def place(x):
         x = np.asarray(x)
@@ -354,7 +490,7 @@ def replicate(tree: Any, devices: Sequence) -> Any:
 
 
 def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *, shared: Any = None,
-                 backend: str = "pmap", donate: bool = True) -> Callable:
+                 backend: str = "pmap", donate: bool = True, groups: int = 1) -> Callable:
     """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it) and, if given, an example
     ``shared`` argument (as ``replicate`` places it): ``step(state[, shared]) -> (state, metrics)`` on global
     arrays, for either backend and any number of processes.
@@ -363,7 +499,7 @@ def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence,
     returns only this process's rows; its compiled program (pmap is ``jit`` over ``shard_map`` in the JAX versions
     this project supports, ``jax/_src/pmap.py``) takes the global arrays as they are, like the shard_map backend's.
     """
-    mapped = map_step(make_step, devices, donate=donate, backend=backend, shared=shared is not None)
+    mapped = map_step(make_step, devices, donate=donate, backend=backend, shared=shared is not None, groups=groups)
     return (mapped.lower(state) if shared is None else mapped.lower(state, shared)).compile()
 
 
@@ -375,8 +511,11 @@ def replicas(tree: Any) -> list[Any]:
     return [jax.tree.unflatten(treedef, [shards[i] for shards in per_leaf]) for i in range(len(per_leaf[0]))]
 
 
-def first_replica(tree: Any) -> Any:
-    """The copy held by the first addressable device, as a host numpy pytree (for replicated values)."""
+def first_replica(tree: Any, groups: int = 1) -> Any:
+    """The copy held by the first addressable device, as a host numpy pytree (for replicated values). With
+    ``groups``, each group's first device's slots together, ``[S, ...]`` (a collective: every process calls it)."""
+    if groups != 1:
+        return jax.tree.map(lambda x: x[0], rows_to_host(tree, groups))
 
     def read(x):
         shard = min(x.addressable_shards, key=lambda s: s.device.id)
@@ -390,27 +529,29 @@ def to_host(tree: Any) -> Any:
     return jax.tree.map(np.asarray, tree)
 
 
-def rows_to_host(tree: Any) -> Any:
+def rows_to_host(tree: Any, groups: int = 1) -> Any:
     """A per-device state ``[D, ...]`` as one host numpy pytree of every row, in device order: what a checkpoint
     saves. In a multi-process run each process holds only its own rows, so this gathers the others' over the
-    distributed runtime: a collective that every process must call at the same point."""
+    distributed runtime: a collective that every process must call at the same point. With ``groups``, laid out
+    ``[D/groups, S, ...]`` (see the module docstring)."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
 
-        return jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+        rows = jax.tree.map(np.asarray, multihost_utils.process_allgather(tree, tiled=True))
+        return _host_layout(rows, groups)
 
     def read(x):
         shards = sorted(x.addressable_shards, key=lambda s: s.index[0].start or 0)
         return np.concatenate([np.asarray(s.data) for s in shards])
 
-    return jax.tree.map(read, tree)
+    return _host_layout(jax.tree.map(read, tree), groups)
 
 
-def rows_from_host(tree: Any, devices: Sequence) -> Any:
-    """The inverse of ``rows_to_host``: host rows ``[D, ...]`` placed one per device, as ``map_init`` lays out a
-    state (what resuming from a checkpoint needs). Every process passes all rows and places only its own, so a
-    checkpoint can be resumed by any number of processes with the same global device count."""
-    return jax.tree.map(lambda x: _shard_rows(x, devices), tree)
+def rows_from_host(tree: Any, devices: Sequence, groups: int = 1) -> Any:
+    """The inverse of ``rows_to_host``: host rows placed one per device, as ``map_init`` lays out a state (what
+    resuming from a checkpoint needs). Every process passes all rows and places only its own, so a checkpoint can be
+    resumed by any number of processes with the same global device count."""
+    return jax.tree.map(lambda x: _shard_rows(x, devices, groups), _device_layout(tree, groups))
 
 
 def all_processes_agree(values: Sequence[int]) -> list[list[int]]:

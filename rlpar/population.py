@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rlpar import episodes
+from rlpar import episodes, parallel
 
 PBT_STREAM = int.from_bytes(b"pbt ", "big")  # PBT's keys: fold_in(key_params, PBT_STREAM), then the update number
 PERTURB_FACTORS = (0.8, 1.2)  # explore multiplies a copied value by one of these
@@ -127,33 +127,39 @@ def count_episodes(members: Members, metrics: dict) -> Members:
                            episodes=members.episodes + metrics["episode/count"], updates=members.updates + 1)
 
 
-def make_round(pbt: PBT, spaces: dict, evaluate: Callable | None) -> Callable[[Any], tuple[Any, dict]]:
+def make_round(pbt: PBT, spaces: dict, evaluate: Callable | None,
+               layout: parallel.MemberGroups = parallel.MemberGroups()) -> Callable[[Any], tuple[Any, dict]]:
     """``round(state) -> (state, metrics)`` on a state whose ``population`` is ``Members``: a PBT round when the
     update count is a multiple of ``pbt.interval`` below ``pbt.num_updates``, else nothing; ``metrics`` (``[S]``
     each): whether a round ran, the parents, the fitness it ranked (``scored``: False where a member had none) and
-    every member's values after it. ``evaluate(state, key)``: the population's greedy evaluation, for
-    ``pbt.fitness == "eval"``."""
+    every member's values after it. ``evaluate(state, key)``: the population's greedy evaluation (every member's),
+    for ``pbt.fitness == "eval"``. ``layout``: where the members sit (``rlpar.parallel.MemberGroups``); with several
+    device groups the state holds this group's members, and a round gathers every member's fitness, agent state and
+    values (``layout.gather``), ranks and copies on the whole population alike in every group, and keeps its own."""
 
     def ranked_fitness(state, key):
         if pbt.fitness == "eval":
             return jnp.mean(evaluate(state, key)[episodes.RETURNS], axis=-1)
-        return fitness_of(state.population)
+        return layout.gather(fitness_of(state.population))
 
     def do_round(state):
         members = state.population
         key = jax.random.fold_in(members.key[0], members.updates[0])
         key_eval, key_exploit, key_explore = jax.random.split(key, 3)
         fitness = ranked_fitness(state, key_eval)
-        (agent, hparams), parent = exploit((state.agent, members.hparams), fitness, key_exploit, pbt.quantile)
+        everyone = layout.gather((state.agent, members.hparams))
+        (agent, hparams), parent = exploit(everyone, fitness, key_exploit, pbt.quantile)
         hparams = explore(hparams, parent, key_explore, spaces, pbt.resample)
+        agent, hparams = layout.own((agent, hparams))
         zeros = jnp.zeros_like(members.episodes)
         state = state.replace(agent=agent, population=members.replace(hparams=hparams, return_sum=zeros,
                                                                       episodes=zeros))
-        return state, parent, fitness
+        return state, *_typed_as_state((parent, fitness), members)
 
     def no_round(state):
-        count = state.population.episodes.shape[0]
-        return state, jnp.arange(count, dtype=jnp.int32), jnp.full((count,), jnp.nan, jnp.float32)
+        count = state.population.episodes.shape[0] * layout.groups
+        idle = (jnp.arange(count, dtype=jnp.int32), jnp.full((count,), jnp.nan, jnp.float32))
+        return state, *_typed_as_state(idle, state.population)
 
     def one_round(state):
         updates = state.population.updates[0]
@@ -165,6 +171,13 @@ def make_round(pbt: PBT, spaces: dict, evaluate: Callable | None) -> Callable[[A
         return state, metrics
 
     return one_round
+
+
+def _typed_as_state(values: tuple, members: Members) -> tuple:
+    """``values`` with the per-device type of the state (under ``shard_map``, whether a value may differ between
+    devices is part of its type, and both branches of a ``lax.cond`` must agree): plus a zero taken from it."""
+    zero = jnp.zeros_like(members.updates[0])
+    return tuple(v + zero.astype(v.dtype) for v in values)
 
 
 def value_metrics(members: Members) -> dict:

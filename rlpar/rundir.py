@@ -24,7 +24,8 @@ FORMAT_VERSION = 2
 # Run settings added to config.json since format_version 2 began, with the values that reproduce what a run dir
 # written without them did (resuming one keeps its behaviour).
 RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64, "search": "", "population": 0, "pbt": False,
-                    "pbt_interval": 0, "pbt_quantile": 0.25, "pbt_resample": 0.25, "pbt_fitness": "train"}
+                    "pbt_interval": 0, "pbt_quantile": 0.25, "pbt_resample": 0.25, "pbt_fitness": "train",
+                    "population_devices": 1}
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"

@@ -75,7 +75,14 @@ class RunConfig:
                                    "multiplying it by 0.8 or 1.2")
     pbt_fitness: str = _f("train", "how PBT ranks members: train (mean training return since the last round) or "
                                    "eval (a greedy evaluation of --eval-episodes at each round)")
-    backend: str = _f("pmap", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a 1-D device mesh)")
+    population_devices: int = _f(1, "spread the slots (members x seeds) over this many groups of devices: a 2-D "
+                                    "mesh, groups x devices-per-group; each group trains its own members on all of "
+                                    "their environments, so a gradient's all-reduce spans only its group (none with "
+                                    "one device per group). Must divide the device count and the slot count; 1 = "
+                                    "every device trains every slot on its share of the environments")
+    backend: str = _f("auto", "device backend: pmap, or shard_map (jax.jit over jax.shard_map on a device mesh); "
+                              "auto = pmap, or shard_map with --population-devices > 1 (a 2-D mesh, which pmap "
+                              "cannot map)")
     profile: str = _f("", "write a jax.profiler trace of one chunk of updates (the second: compiled and warm) to "
                           "this directory, for TensorBoard's profile plugin or Perfetto; empty = none")
     compile_cache: str = _f("", "directory of the compilation caches (JAX's persistent cache, and rlpar's saved "
@@ -110,8 +117,9 @@ class RunConfig:
         # a ValueError naming a bad num_seeds, sweep or search syntax
         slots = seeds.make_slots(self.num_seeds, self.sweep, search=self.search, population=self.population)
         self._validate_pbt(slots.count)
-        if self.backend not in parallel.BACKENDS:
-            raise ValueError(f"backend={self.backend!r}: must be one of {', '.join(parallel.BACKENDS)}")
+        if self.backend not in ("auto", *parallel.BACKENDS):
+            raise ValueError(f"backend={self.backend!r}: must be one of auto, {', '.join(parallel.BACKENDS)}")
+        self._validate_groups(slots.count)
         if not isinstance(self.process_id, int) or not 0 <= self.process_id < self.num_processes:
             raise ValueError(f"process_id={self.process_id!r}: must be in 0..{self.num_processes - 1} "
                              f"(num_processes={self.num_processes})")
@@ -119,6 +127,32 @@ class RunConfig:
             raise ValueError(f"num_processes={self.num_processes} needs --coordinator HOST:PORT (or auto)")
         _check_run_dir_options(self)
         return self
+
+    def _validate_groups(self, num_slots: int) -> None:
+        groups = self.population_devices
+        if isinstance(groups, bool) or not isinstance(groups, int) or groups <= 0:
+            raise ValueError(f"population_devices={groups!r}: must be a positive integer (1 = no population groups)")
+        if groups == 1:
+            return
+        if self.backend == "pmap":
+            raise ValueError(f"backend='pmap' maps one device axis; population_devices={groups} needs a 2-D device "
+                             "mesh: use --backend shard_map (or auto, the default)")
+        if num_slots % groups:
+            raise ValueError(f"population_devices={groups}: the run's {num_slots} slot(s) (members x --num-seeds) do "
+                             f"not split evenly into {groups} device groups: use a --population (times --num-seeds) "
+                             f"divisible by {groups}")
+
+    @property
+    def device_backend(self) -> str:
+        """The backend that maps the devices: ``backend``, with ``auto`` resolved."""
+        if self.backend != "auto":
+            return self.backend
+        return "shard_map" if self.population_devices > 1 else "pmap"
+
+    @property
+    def member_groups(self) -> parallel.MemberGroups:
+        """How the slots sit on the device groups (``rlpar.parallel.MemberGroups``)."""
+        return parallel.MemberGroups(self.population_devices)
 
     def _validate_pbt(self, num_slots: int) -> None:
         if not isinstance(self.pbt_interval, int) or isinstance(self.pbt_interval, bool) or self.pbt_interval < 0:
@@ -278,13 +312,14 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
         with _building(agent, run_config):
             compiled, compile_s, state = _build(prepared, config, run_config, restored, schedule, max_updates, hooks)
         records = [] if restored is None else _previous_records(logger, run_config, restored)
-        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch)
+        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch,
+                           run_config.population_devices)
         state = _train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
             logger.close()
     params = getattr(state.agent, "params", state.agent)
-    return TrainResult(parallel.first_replica(params), records, state, compile_s)
+    return TrainResult(parallel.first_replica(params, run_config.population_devices), records, state, compile_s)
 
 
 def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: "_Schedule", max_updates: int,
@@ -301,7 +336,8 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     program_cache.initialize_lapack()
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
         pending = pool.submit(_initial_state, prepared, config, run_config, None)
-        compiled, compile_s = _compile(prepared, run_config, lambda: _state_shapes(prepared), schedule,
+        compiled, compile_s = _compile(prepared, run_config,
+                                       lambda: _state_shapes(prepared, run_config.population_devices), schedule,
                                        max_updates, hooks)
         return compiled, compile_s, pending.result()
 
@@ -318,19 +354,21 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
     )
     devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
-    config.validate(len(devices))
-    run_config.validate_devices(len(devices))
-    slots = make_slots(run_config, config, len(devices))
+    parallel.check_groups(len(devices), run_config.population_devices)
+    group_size = len(devices) // run_config.population_devices  # the devices that train one member
+    config.validate(group_size)
+    run_config.validate_devices(group_size)
+    slots = make_slots(run_config, config, group_size)
     pbt = run_config.pbt_settings(config.num_updates)
     from_id = env is None
     if env is None:
         env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
-    eval_episodes = run_config.eval_episodes // len(devices) if run_config.eval_interval(config.num_updates) else 0
-    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // len(devices), eval_episodes,
-                                pbt)
-    check_agent(agent, config, env, env_params, config.num_envs // len(devices))  # before the run dir is touched
+    eval_episodes = run_config.eval_episodes // group_size if run_config.eval_interval(config.num_updates) else 0
+    make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // group_size, eval_episodes,
+                                pbt, run_config.member_groups)
+    check_agent(agent, config, env, env_params, config.num_envs // group_size)  # before the run dir is touched
     meta = rundir.make_meta(agent.name, config, run_config, devices,
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1 or slots.hparams:
@@ -415,10 +453,11 @@ def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_k
 
 
 def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,
-                         eval_episodes: int = 0, pbt: population.PBT | None = None
-                         ) -> Callable[[str | None], program.Program]:
+                         eval_episodes: int = 0, pbt: population.PBT | None = None,
+                         members: parallel.MemberGroups = parallel.MemberGroups()) -> Callable[[str | None], program.Program]:
     """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped; with
-    ``eval_episodes`` (per device) its ``evaluate`` too; with ``pbt``, PBT rounds in its update."""
+    ``eval_episodes`` (per device) its ``evaluate`` too; with ``pbt``, PBT rounds in its update; ``members``: the
+    slots spread over device groups (each device then holds its group's)."""
 
     def make_program(axis_name):
         def one(cfg):
@@ -428,7 +467,7 @@ def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_
 
         if slots.count == 1 and not slots.hparams:
             return one(config)
-        return seeds.vmap_slots(one, config, slots, axis_name, pbt)
+        return seeds.vmap_slots(one, config, slots, axis_name, pbt, members)
 
     return make_program
 
@@ -440,7 +479,8 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
     restored = None
     if resume:
         abstract = parallel.state_shapes(lambda ax: prepared.make_program(ax).init, prepared.devices,
-                                         *jax.random.split(jax.random.PRNGKey(config.seed)))
+                                         *jax.random.split(jax.random.PRNGKey(config.seed)),
+                                         groups=run_config.population_devices)
         restored = _restore(checkpoints, prepared.meta, abstract)
     run_dir = Path(run_config.run_dir) if run_config.run_dir and parallel.is_primary() else None
     logger = _open_logger(run_dir, run_config, prepared.meta, restored)
@@ -460,33 +500,36 @@ INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored) -> program.TrainState:
     if restored is not None:
-        return parallel.rows_from_host(restored.state, prepared.devices)
-    devices = prepared.devices
-    seed, positions = parallel.replicate(np.uint32(config.seed), devices), parallel.device_positions(devices)
-    init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices)), devices, run_config.backend)
+        return parallel.rows_from_host(restored.state, prepared.devices, run_config.population_devices)
+    devices, groups = prepared.devices, run_config.population_devices
+    seed, positions = parallel.replicate(np.uint32(config.seed), devices, groups), parallel.device_positions(devices,
+                                                                                                          groups)
+    init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices), groups), devices,
+                                run_config.device_backend, groups)
     compiled, _ = program_cache.load_or_compile(
         "init", lambda: init.lower(seed, positions).compile(INIT_COMPILER_OPTIONS), prepared.programs)
     return compiled(seed, positions)
 
 
-def _state_shapes(prepared: _Prepared):
+def _state_shapes(prepared: _Prepared, groups: int):
     """The initial state's shapes and shardings (``parallel.state_shapes_at``), for lowering before it exists."""
     seed = jax.ShapeDtypeStruct((), np.uint32)
-    make_init = _seeded_init(prepared.make_program, len(prepared.devices))
-    return parallel.state_shapes_at(make_init, prepared.devices, seed)
+    make_init = _seeded_init(prepared.make_program, len(prepared.devices), groups)
+    return parallel.state_shapes_at(make_init, prepared.devices, seed, groups)
 
 
-def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int):
+def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):
     """``axis_name -> init(seed, position)``: the program's init with the run's keys derived inside it, as
     ``split(PRNGKey(seed))`` into the parameter key (shared) and the devices' key, split once more per device
-    (``parallel.device_key``): nothing runs for the keys outside the one compiled init."""
+    (``parallel.device_key``; with device groups, per device of a group): nothing runs for the keys outside the one
+    compiled init."""
 
     def make_init(axis_name):
         init = make_program(axis_name).init
 
         def seeded(seed, position):
             key_params, key_devices = jax.random.split(jax.random.PRNGKey(seed))
-            return init(key_params, parallel.device_key(key_devices, position, num_devices))
+            return init(key_params, parallel.device_key(key_devices, position, num_devices, groups))
 
         return seeded
 
@@ -517,14 +560,18 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
         hooks.on_status("compiling", {})
     start, hits = time.perf_counter(), compile_cache.hits()
 
+    groups = run_config.population_devices
+
     def make_step(axis_name):
         built = prepared.make_program(axis_name)
-        return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), max_updates)
+        checked = guard.with_finite_flag(built.update, run_config.member_groups.axes(axis_name))
+        return program.make_chunk(built._replace(update=checked), max_updates)
 
-    example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices)
+    example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
     compiled, loaded = program_cache.load_or_compile(
         f"chunk of {max_updates}", lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
-                                                                 backend=run_config.backend), prepared.programs)
+                                                                 backend=run_config.device_backend, groups=groups),
+        prepared.programs)
     compile_s = time.perf_counter() - start
     if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.program_cache
         hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
@@ -539,6 +586,7 @@ class _Outputs(NamedTuple):
     meta: dict
     devices: list  # for their memory statistics
     watch: preemption.Watch | None = None  # SIGTERM / SIGUSR1 seen: stop after the chunk
+    groups: int = 1  # the slots' device groups (RunConfig.population_devices)
 
 
 def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
@@ -552,7 +600,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
         for i, length in enumerate(schedule.lengths):
             evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
                                                           config.num_updates)
-            control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices)
+            control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices, out.groups)
             start = time.perf_counter()
             with _profiling(run_config.profile if i == min(1, len(schedule.lengths) - 1) else ""):  # one warm chunk
                 new_state, raw = compiled(state, control)
@@ -577,7 +625,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             saved = out.checkpoints is not None and _due(before, done, run_config.checkpoint_every,
                                                          config.num_updates)
             if saved:
-                _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+                _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
             if done < config.num_updates:
                 _stop_if_preempted(out, run_config, done, state, saved)
     except KeyboardInterrupt:
@@ -597,7 +645,7 @@ def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: A
     latest = None
     if out.checkpoints is not None and state is not None:
         if not saved:
-            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta)
+            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
         latest = done  # known here: a process other than 0 may return from the save before 0 commits it
     elif out.checkpoints is not None:
         latest = out.checkpoints.latest()
@@ -729,7 +777,8 @@ def _due(before: int, after: int, every: int, num_updates: int) -> bool:
 
 # Settings a resumed run must share with the checkpoint for the result to be bit-identical.
 _RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep", "eval_every", "eval_episodes", "search",
-                          "population", "pbt", "pbt_interval", "pbt_quantile", "pbt_resample", "pbt_fitness")
+                          "population", "pbt", "pbt_interval", "pbt_quantile", "pbt_resample", "pbt_fitness",
+                          "population_devices")
 
 
 def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
@@ -849,9 +898,9 @@ def _stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: check
 
 
 def _save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger | None, state: Any, updates_done: int,
-                     meta: dict) -> None:
+                     meta: dict, groups: int = 1) -> None:
     """Every process calls this at the same point; ``logger`` is ``None`` in all but the writing process."""
-    rows = parallel.rows_to_host(state)  # in a multi-process run: a collective gathering every process's rows
+    rows = parallel.rows_to_host(state, groups)  # in a multi-process run: a collective gathering every process's rows
     position = None  # not the writer: it joins orbax's save, whose files (and position) only process 0 writes
     if logger is not None:
         logger.sync()  # the checkpoint records the log files' lengths: they must be on disk first

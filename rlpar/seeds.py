@@ -24,6 +24,7 @@ import numpy as np
 
 from rlpar import population
 from rlpar.agent import sweepable_fields
+from rlpar.parallel import MemberGroups
 
 SEARCH_STREAM = int.from_bytes(b"srch", "big")  # the host's draws of a random search: default_rng([seed, this])
 
@@ -189,14 +190,18 @@ def _validate_with(config, changes: dict, num_devices: int) -> None:
 
 
 def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_name: str | None = None,
-               pbt: population.PBT | None = None) -> Any:
+               pbt: population.PBT | None = None, layout: MemberGroups = MemberGroups()) -> Any:
     """``make_program(config) -> Program(init, update, evaluate)`` (one slot's per-device program) turned into one
     whose functions run every slot at once: slot ``i`` draws its keys from seed index ``slots.seed_index[i]`` and
     trains with the hyperparameters in its state (``state.population.hparams``, from ``slots.hparams`` at the start),
     which are handed to ``make_program`` inside the traced update: one compile serves every value, and a value may
     change between updates. With ``pbt``, a PBT round follows each update when due (``population.make_round``).
     ``evaluate`` scores each slot's own policy. State leaves and metrics gain a leading ``[S]`` axis; the members'
-    values and PBT's lineage are metrics too (``population.METRIC_PREFIX``), reduced over ``axis_name``."""
+    values and PBT's lineage are metrics too (``population.METRIC_PREFIX``), reduced over ``axis_name``.
+
+    With ``layout.groups`` > 1 (``rlpar.parallel.MemberGroups``) each device group holds its own share of the slots:
+    the state has ``[S / groups]`` of them, each slot's constants are picked by ``layout.own``, and the metrics and
+    the evaluation come back for all ``S`` slots (``layout.gather``), the same on every device, as with one group."""
     from rlpar.program import Program
 
     seed_index = np.asarray(slots.seed_index, np.uint32)  # numpy: constants of the traced programs
@@ -205,41 +210,51 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_na
     def build(hparams):
         return make_program(config.replace(**hparams))
 
+    if slots.count % layout.groups:
+        raise ValueError(f"{slots.count} slots do not split into {layout.groups} equal device groups")
+
     def init(key_params, key_device):
         def one(seed, hparams):
             return build(hparams).init(jax.random.fold_in(key_params, seed), jax.random.fold_in(key_device, seed))
 
+        own_seeds, own_start = layout.own((seed_index, start))
         # lax.map (a loop), not vmap: with JAX 0.10.2 on CPU a batched QR (flax's orthogonal initialiser) inside
         # pmap never returns (seen here); init runs once, so the loop costs nothing that matters.
-        state = jax.lax.map(lambda args: one(*args), (seed_index, start))
-        return state.replace(population=population.start(start, key_params, slots.count))
+        state = jax.lax.map(lambda args: one(*args), (own_seeds, own_start))
+        return state.replace(population=population.start(own_start, key_params, slots.count // layout.groups))
 
-    def evaluate(state, key):  # each slot its own policy; slots of one seed index evaluate on the same episodes
+    def evaluate_own(state, key):  # each slot its own policy; slots of one seed index evaluate on the same episodes
         def one(s, seed, hparams):
             return build(hparams).evaluate(s, jax.random.fold_in(key, seed))
 
-        return jax.vmap(one)(state.replace(population=None), seed_index, state.population.hparams)
+        return jax.vmap(one)(state.replace(population=None), layout.own(seed_index), state.population.hparams)
+
+    def evaluate(state, key):
+        return layout.gather_same(evaluate_own(state, key))
 
     has_evaluate = make_program(config).evaluate is not None
-    pbt_round = population.make_round(pbt, slots.spaces, evaluate if has_evaluate else None) if pbt else None
+    pbt_round = (population.make_round(pbt, slots.spaces, evaluate if has_evaluate else None, layout)
+                 if pbt else None)
 
     def update(state):
-        members = state.population
+        own_members = state.population
         state, metrics = jax.vmap(lambda s, hparams: build(hparams).update(s))(state.replace(population=None),
-                                                                                members.hparams)
-        state = state.replace(population=population.count_episodes(members, metrics))
+                                                                                own_members.hparams)
+        state = state.replace(population=population.count_episodes(own_members, metrics))
         own = {}
         if pbt_round is not None:
             state, own = pbt_round(state)
-        own.update(population.value_metrics(state.population))
-        return state, {**metrics, **same_on_every_device(own, axis_name)}
+        everyone = state.population.replace(hparams=layout.gather(state.population.hparams))
+        own.update(population.value_metrics(everyone))
+        return state, {**layout.gather_same(metrics), **same_on_every_device(own, layout.axes(axis_name))}
 
     return Program(init, update, evaluate if has_evaluate else None)
 
 
-def same_on_every_device(metrics: dict, axis_name: str | None) -> dict:
+def same_on_every_device(metrics: dict, axis_name: str | tuple[str, ...] | None) -> dict:
     """Metrics computed from the state that every device holds alike (the members' values, PBT's lineage), marked
-    as such for ``shard_map`` by a max over the devices, which leaves equal values exact (booleans as int32)."""
+    as such for ``shard_map`` by a max over the devices (``axis_name``: one mesh axis or several), which leaves
+    equal values exact (booleans as int32)."""
     if axis_name is None:
         return metrics
     out = {}

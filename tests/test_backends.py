@@ -120,7 +120,7 @@ def test_shard_map_results_read_via_addressable_shards():
 
 
 def test_unknown_backend_is_a_clear_error(capsys):
-    with pytest.raises(ValueError, match="backend='xla': must be one of pmap, shard_map"):
+    with pytest.raises(ValueError, match="backend='xla': must be one of auto, pmap, shard_map"):
         RunConfig(backend="xla").validate()
     assert train_cli.main(["ppo", "--backend", "xla"]) == 2
-    assert "backend='xla': must be one of pmap, shard_map" in capsys.readouterr().err
+    assert "backend='xla': must be one of auto, pmap, shard_map" in capsys.readouterr().err
