@@ -122,7 +122,8 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None =
                              search=run.get("search", ""), population=run.get("population", 0), seed=config.seed)
     groups = run.get("population_devices", 1)  # checkpoints hold [devices / groups, slots, ...] whatever the groups
     make = runner.make_program_factory(spec, config, slots, env, env_params,
-                                       config.num_envs * groups // meta["num_devices"], members=parallel.MemberGroups(groups))
+                                       config.num_envs * groups // meta["num_devices"],
+                                       members=parallel.MemberGroups(groups))
     devices = range(meta["num_devices"])  # only the count matters for the shapes
     abstract = parallel.state_shapes(lambda ax: make(ax).init, devices, *jax.random.split(jax.random.PRNGKey(0)),
                                      groups=groups)

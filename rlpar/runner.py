@@ -454,7 +454,8 @@ def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_k
 
 def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,
                          eval_episodes: int = 0, pbt: population.PBT | None = None,
-                         members: parallel.MemberGroups = parallel.MemberGroups()) -> Callable[[str | None], program.Program]:
+                         members: parallel.MemberGroups = parallel.MemberGroups()
+                         ) -> Callable[[str | None], program.Program]:
     """``axis_name -> Program``: the run's per-device program on ``num_envs`` envs, every slot vmapped; with
     ``eval_episodes`` (per device) its ``evaluate`` too; with ``pbt``, PBT rounds in its update; ``members``: the
     slots spread over device groups (each device then holds its group's)."""
