@@ -44,11 +44,17 @@ def _leaves(tree, prefix=""):
         yield prefix, np.asarray(tree)
 
 
+# The same on 2 devices as 2 groups of 1 (--population-devices 2): each member on a device of its own, so the copy
+# crosses devices (the round gathers every member's agent state from both groups).
+LAYOUTS = {"one device": [], "2x1": ["--devices", "2", "--population-devices", "2"]}
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("layout", list(LAYOUTS))
 @pytest.mark.parametrize("family", list(FAMILIES))
-def test_pbt_round_copies_the_agent_state_of_any_agent(family, tmp_path):
+def test_pbt_round_copies_the_agent_state_of_any_agent(family, layout, tmp_path):
     run_dir = tmp_path / "run"
-    assert train_cli.main([*FAMILIES[family], *COMMON, "--run-dir", str(run_dir)]) == 0
+    assert train_cli.main([*FAMILIES[family], *COMMON, *LAYOUTS[layout], "--run-dir", str(run_dir)]) == 0
     records = [json.loads(line) for line in (run_dir / rundir.METRICS).read_text().splitlines()]
     (round_,) = [r for record in records for r in record.get("pbt", [])]
     assert round_["update"] == 3
