@@ -18,7 +18,8 @@ order of ``env.agents``):
 
 It steps ``step_env`` and resets where ``dones["__all__"]`` is set, so the finished episode's last observation
 reaches the agent as ``info["final_observation"]`` (JaxMARL's own ``step`` throws it away). Where the env's step
-limit is known (MPE, SMAX, Overcooked: ``state.step`` against ``env.max_steps``) a team episode cut there is
+limit is known (MPE, SMAX, Overcooked: ``state.step`` against ``env.max_steps``; a user's env that declares
+``time_limit``, against that) a team episode cut there is
 ``truncated`` (bootstrapped) unless it also ended on its own (SMAX: one side wiped out), which is ``terminated``.
 For other envs every end is ``terminated``. Episode metrics (``info["episode_metrics"]``): each agent's return as
 ``agent_NAME_return`` and, for SMAX, ``won`` (every enemy dead and some ally alive when the episode ended).
@@ -39,14 +40,15 @@ PREFIX = "marl-"
 
 def import_package():
     """``import jaxmarl``, without the lines it prints about its optional submodules (the tools' stdout is theirs).
-    Its import replaces ``sys.stdout`` on the way (``contextlib.redirect_stdout`` misses them), so file descriptor 1
-    points at the null device meanwhile."""
+    Its import sets ``sys.stdout`` back to ``sys.__stdout__`` on the way (its MABrax module), which
+    ``contextlib.redirect_stdout`` cannot survive, so file descriptor 1 points at the null device meanwhile."""
     import os
     import sys
 
     if "jaxmarl" in sys.modules:
         return sys.modules["jaxmarl"]
-    sys.stdout.flush()
+    stdout = sys.stdout
+    stdout.flush()
     saved = os.dup(1)
     null = os.open(os.devnull, os.O_WRONLY)
     try:
@@ -54,6 +56,8 @@ def import_package():
         import jaxmarl
     finally:
         sys.stdout.flush()
+        sys.__stdout__.flush()
+        sys.stdout = stdout
         os.dup2(saved, 1)
         os.close(saved)
         os.close(null)
@@ -229,6 +233,7 @@ def _family(env: Any) -> str | None:
 def _inner_smax(env: Any):
     """The ``SMAX`` instance behind ``env`` (itself, or the one an ``EnemySMAX`` drives), else ``None``."""
     try:
+        import_package()
         from jaxmarl.environments.smax.heuristic_enemy_smax_env import EnemySMAX
         from jaxmarl.environments.smax.smax_env import SMAX
     except ImportError:  # a user's env without jaxmarl installed
@@ -239,6 +244,11 @@ def _inner_smax(env: Any):
 
 
 def _time_limit(env: Any) -> int | None:
+    """The step at which ``env`` cuts an episode: ``env.max_steps`` for MPE, SMAX and Overcooked, an env's own
+    declared ``time_limit`` (a user's env, the probes), else ``None``."""
+    declared = getattr(env, "time_limit", None)
+    if declared is not None:
+        return int(declared)
     try:
         family = _family(env)
     except ImportError:

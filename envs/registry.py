@@ -103,6 +103,12 @@ def _is_team_env(obj: Any) -> bool:
             and callable(getattr(obj, "reset", None)))
 
 
+def _team(env: Any) -> Any:
+    from envs import marl_suite
+
+    return marl_suite.wrap_instance(env)
+
+
 def _from_spec(spec: str) -> Callable[..., Any] | Any:
     """The object ``"package.module:attribute"`` names (a factory, an environment class or an instance)."""
     module_name, _, attr = spec.partition(":")
@@ -130,7 +136,12 @@ def _unknown(env_id: Any) -> ValueError:
 
 
 def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
-    """``(env, env_params or None)`` from a factory, a class, or an instance (which takes no kwargs)."""
+    """``(env, env_params or None)`` from a factory, a class, or an instance (which takes no kwargs); a JaxMARL-style
+    env comes back adapted (``envs.marl_suite.TeamEnv``)."""
+    if _is_team_env(factory):
+        if env_kwargs:
+            raise ValueError(f"env {what}: env_kwargs {sorted(env_kwargs)} given for an environment instance")
+        return _team(factory), None
     if _is_env(factory):
         if env_kwargs:
             raise ValueError(f"env {what}: env_kwargs {sorted(env_kwargs)} given for an environment instance")
@@ -143,6 +154,8 @@ def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
     except Exception as err:  # noqa: BLE001 -- a user's factory (or a suite's constructor) failed
         raise from_user_code(f"env {what}: calling {getattr(factory, '__qualname__', type(factory).__name__)}"
                              f"({', '.join(f'{k}=...' for k in env_kwargs)})", err, _ACCEPTED) from err
+    if _is_team_env(made):
+        return _team(made), None
     if isinstance(made, tuple) and len(made) == 2 and _is_env(made[0]):
         return made
     if _is_env(made):
@@ -166,15 +179,8 @@ def _make_built_in(env_id: str, make: Callable[[], tuple[Any, Any]], env_kwargs:
 def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
     """``(raw env, env_params or None)`` for anything ``make`` accepts."""
     if not isinstance(env, str):
-        if _is_env(env):
+        if _is_env(env) or _is_team_env(env):
             return _call_factory(type(env).__name__, env, env_kwargs)
-        if _is_team_env(env):
-            if env_kwargs:
-                raise ValueError(f"env {type(env).__name__}: env_kwargs {sorted(env_kwargs)} given for an "
-                                 "environment instance")
-            from envs import marl_suite
-
-            return marl_suite.wrap_instance(env), None
         raise _unknown(env)
     if env in _FACTORIES:
         return _call_factory(repr(env), _FACTORIES[env], env_kwargs)
