@@ -40,14 +40,15 @@ PREFIX = "marl-"
 
 def import_package():
     """``import jaxmarl``, without the lines it prints about its optional submodules (the tools' stdout is theirs).
-    Its import sets ``sys.stdout`` back to ``sys.__stdout__`` on the way (its MABrax module), which
-    ``contextlib.redirect_stdout`` cannot survive, so file descriptor 1 points at the null device meanwhile."""
+    Its import sets ``sys.stdout`` and ``sys.stderr`` back to ``sys.__stdout__`` and ``sys.__stderr__`` on the way
+    (its MABrax module), which ``contextlib.redirect_stdout`` cannot survive: file descriptor 1 points at the null
+    device meanwhile, and both streams are put back as they were after."""
     import os
     import sys
 
     if "jaxmarl" in sys.modules:
         return sys.modules["jaxmarl"]
-    stdout = sys.stdout
+    stdout, stderr = sys.stdout, sys.stderr
     stdout.flush()
     saved = os.dup(1)
     null = os.open(os.devnull, os.O_WRONLY)
@@ -57,7 +58,7 @@ def import_package():
     finally:
         sys.stdout.flush()
         sys.__stdout__.flush()
-        sys.stdout = stdout
+        sys.stdout, sys.stderr = stdout, stderr
         os.dup2(saved, 1)
         os.close(saved)
         os.close(null)

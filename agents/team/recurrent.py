@@ -87,7 +87,8 @@ def make_recurrent_team_ppo(config: TeamConfig, env, num_envs: int, axis_name: s
     def learn(state: TeamAgentState, experience: Experience):
         traj, start, end = experience
         steps = traj.reward.shape[0]
-        streams = lambda x: x.reshape((steps, -1) + x.shape[3:])  # [T, B, A, ...] -> [T, B * A, ...]
+        # [T, B, A, ...] -> [T, B * A, ...], sizes spelled out (IPPO's world state is empty: [T, B, A, 0])
+        streams = lambda x: x.reshape((steps, x.shape[1] * x.shape[2]) + x.shape[3:])
         advantage, target = gae(
             streams(traj.reward), streams(traj.extras["value"]), per_agent(traj.terminated, num_agents),
             per_agent(traj.truncated, num_agents), streams(traj.final),
