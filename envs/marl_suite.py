@@ -134,6 +134,53 @@ class TeamEnv:
                                  else self.num_agents * self.obs_size)
         self.has_action_masks = _has_avail_actions(env, state0)
 
+    @property
+    def max_steps_in_episode(self) -> int | None:
+        """Steps every episode ends within (evaluation's cap): JaxMARL's MPE and SMAX end an episode on the step
+        their counter passes ``max_steps``, one after it; ``None`` without a known limit."""
+        return None if self.time_limit is None else self.time_limit + 1
+
+    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualiser where it draws from states alone (MPE) ----
+    def check_render(self) -> None:
+        import importlib.util
+
+        try:
+            family = _family(self._env)
+        except ImportError:
+            family = None
+        if family != "mpe":
+            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE envs (through JaxMARL's MPEVisualizer); "
+                             f"{self._name!r} is not one")
+        if importlib.util.find_spec("matplotlib") is None:
+            raise ValueError('--gif needs matplotlib: pip install -e ".[extras]" (or pip install matplotlib)')
+
+    def render_frames(self, states: Any, on_frame=None) -> np.ndarray:
+        """``[T, H, W, 3]`` uint8 frames of an MPE episode (``states``: JaxMARL states stacked ``[T, ...]``)."""
+        import contextlib
+        import io
+
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+
+        count = int(np.shape(jax.tree.leaves(states)[0])[0])
+        sequence = [jax.tree.map(lambda x: np.asarray(x[t]), states) for t in range(count)]
+        with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
+            vis = MPEVisualizer(self._env, sequence)
+        frames = []
+        try:
+            for t in range(count):
+                vis.update(t)
+                vis.fig.canvas.draw()
+                frames.append(np.asarray(vis.fig.canvas.buffer_rgba())[..., :3].copy())
+                if on_frame is not None:
+                    on_frame(t, count)
+        finally:
+            plt.close(vis.fig)
+        return np.stack(frames)
+
     # ---- gymnax's duck-typed interface ----
     @property
     def name(self) -> str:

@@ -67,7 +67,7 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
         return _Loop(
             t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=keys[0],
             ended=loop.ended | terminated | truncated,
-            returns=loop.returns + jnp.where(running, _team_sum(reward), 0.0),
+            returns=loop.returns + jnp.where(running, team_reward(reward), 0.0),
             lengths=loop.lengths + running.astype(jnp.int32),
         )
 
@@ -89,7 +89,7 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
     return run
 
 
-def _team_sum(reward: jax.Array) -> jax.Array:
+def team_reward(reward: jax.Array) -> jax.Array:
     """``[N]``: each environment's reward, summed over its own axes (a team env's agents, ``[N, A]``) if it has any;
     the same values as ``envs.EpisodeStatistics`` counts."""
     reward = reward.astype(jnp.float32)
