@@ -123,9 +123,13 @@ TINY_ARGV = ["mappo", "--env", MASKED, "--devices", "2", "--num-envs", "4", "--n
              "--log-every", "1", "--checkpoint-every", "2", "--eval-every", "3", "--eval-episodes", "4"]
 
 
-def test_sigkill_then_resume_is_bit_identical(killed_run, tiny_run):
+def test_sigkill_then_resume_is_bit_identical_and_the_team_evaluates(killed_run, tiny_run, capsys):
     killed_dir, proc = killed_run
     resume_and_compare(killed_dir, proc, tiny_run, killed_before=[2])
+    from rlpar import evaluate
+
+    assert evaluate.main([str(killed_dir), "--episodes", "4"]) == 0  # the greedy team, from the checkpoint
+    assert "greedy policy, 4 episodes: return 0.00 +- 0.00" in capsys.readouterr().out  # no masked action taken
 
 
 # ---- bad input: one line, exit 2, before anything compiles ----

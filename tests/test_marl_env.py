@@ -23,7 +23,8 @@ def _rollout(env, env_params, steps, state=None, action=None, key=0):
         obs, state, reward, terminated, truncated, info = env.step(key, state, action, env_params)
         return state, (obs, reward, terminated, truncated, info)
 
-    return obs, jax.device_get(jax.jit(lambda s, k: jax.lax.scan(body, s, jax.random.split(k, steps)))(state, key_steps)[1])
+    run = jax.jit(lambda s, k: jax.lax.scan(body, s, jax.random.split(k, steps))[1])
+    return obs, jax.device_get(run(state, key_steps))
 
 
 def test_mpe_spread_is_cut_at_its_step_limit_with_the_final_observation_kept():
@@ -81,7 +82,8 @@ def test_smax_team_wipe_terminates_and_wins_while_its_step_limit_truncates():
 
 
 BAD = [
-    (["ippo", "--env", "marl-MPE_simple_sprad_v3"], ["unknown JaxMARL env", "Did you mean 'marl-MPE_simple_spread_v3'"]),
+    (["ippo", "--env", "marl-MPE_simple_sprad_v3"],
+     ["unknown JaxMARL env", "Did you mean 'marl-MPE_simple_spread_v3'"]),
     (["ippo", "--env", "marl-HeuristicEnemySMAX@3mm"], ["unknown SMAX map '3mm'", "3m"]),
     (["ippo", "--env", "marl-MPE_simple_spread_v3@3m"], ["only taken by the SMAX envs"]),
     (["ppo", "--env", "marl-MPE_simple_spread_v3"], ["ppo takes single-agent envs", "3 agents"]),

@@ -179,8 +179,8 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
             perm, epoch_moments = xs  # [N], [M, 2]
             minibatches = jax.tree.map(
                 # sizes spelled out: a leaf may be empty ([N, 0]: a team agent's absent world state)
-                lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, x.shape[0] // config.num_minibatches)
-                                                            + x.shape[1:]), batch
+                lambda x: jnp.take(x, perm, axis=0).reshape(
+                    (config.num_minibatches, x.shape[0] // config.num_minibatches) + x.shape[1:]), batch
             )
             return jax.lax.scan(minibatch_step, carry, (minibatches, epoch_moments))
 
