@@ -78,16 +78,18 @@ def test_greedy_and_sampled_actions_avoid_a_masked_action_the_logits_prefer():
     assert not np.any(np.asarray(sampled[:, 0]) == 0) and not np.any(np.asarray(sampled[:, 1]) == 2)
 
 
-def test_recurrent_mappo_params_bit_identical_on_four_devices_with_two_seeds():
+def test_recurrent_mappo_params_bit_identical_on_four_devices_with_seeds_and_a_sweep():
     config = PROBE.replace(total_timesteps=8 * 16 * 4, gru_size=8, hidden_sizes=(16,))
-    result = agents.team.train_mappo(config, MASKED, devices=4, num_seeds=2, log_every=2, eval_every=0)
-    assert all(r["episode_return"] == [0.0, 0.0] for r in result.metrics)  # no masked action taken, either seed
+    result = agents.team.train_mappo(config, MASKED, devices=4, num_seeds=2, sweep="lr=0.001,0.003", log_every=2,
+                                     eval_every=0)
+    slots = result.metrics[-1]["slots"]
+    assert len(slots) == 4 and all(s["episode_return"] == 0.0 for s in slots)  # no masked action taken, any slot
     copies = parallel.replicas(result.state.agent.params)
     assert len(copies) == 4
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)
-    seeds = jax.tree.leaves(copies[0])[0]
-    assert seeds.shape[0] == 2 and not np.array_equal(seeds[0], seeds[1])
+    leaf = jax.tree.leaves(copies[0])[0]
+    assert leaf.shape[0] == 4 and not np.array_equal(leaf[0], leaf[1])
 
 
 def _random_inputs(key, n, env):
