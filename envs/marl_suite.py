@@ -117,8 +117,8 @@ class TeamEnv:
         self.agent_names = tuple(env.agents)
         self.num_agents = len(self.agent_names)
         self._name = name or getattr(env, "name", type(env).__name__)
-        obs_spaces = [env.observation_space(a) for a in self.agent_names]
-        self._obs_sizes = [_flat_size(s) for s in obs_spaces]
+        obs0, state0 = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        self._obs_sizes = [_flat_size(obs0[a]) for a in self.agent_names]  # what reset gives, whatever the spaces say
         self.obs_size = max(self._obs_sizes)
         action_spaces = [env.action_space(a) for a in self.agent_names]
         if not all(hasattr(s, "n") for s in action_spaces):
@@ -128,7 +128,6 @@ class TeamEnv:
         self.num_actions = max(self._action_counts)
         self._smax = _inner_smax(env)
         self.time_limit = _time_limit(env)
-        obs0, state0 = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
         self._own_world_state = isinstance(obs0, dict) and "world_state" in obs0
         self.world_state_size = (_flat_size(obs0["world_state"]) if self._own_world_state
                                  else self.num_agents * self.obs_size)
