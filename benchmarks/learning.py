@@ -133,12 +133,16 @@ def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> d
                    for s in range(args.seeds)]
         target_s, target_steps = time_to_target(run_dir, target, compile_s, args.seeds)
         in_training = final_eval(run_dir, args.seeds)
-        steps_run = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+        last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+        steps_run = last["env_steps"]
+        # a team env's own episode metrics (SMAX: episode/won), per seed, over the last logged chunk's episodes
+        env_metrics = {key: _slot_values(last, key, args.seeds) for key in ("episode/won",)
+                       if key in (last.get("slots") or [last])[0]}
     return {"program": "rlpar", "budget": steps_run, "agent": args.agent, "greedy_return_mean": statistics.mean(returns),
             "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns,
             "final_eval_returns": in_training, "train_s": sum(t["time_s"] for t in timing), "compile_s": compile_s,
             "wall_s": trained["wall_s"], "time_to_target_s": target_s, "steps_to_target": target_steps,
-            "extra": extra}
+            "extra": extra, **({"last_chunk": env_metrics} if env_metrics else {})}
 
 
 def rejax_row(args, env: str, budget: int, target: float) -> dict | None:

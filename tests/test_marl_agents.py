@@ -79,7 +79,8 @@ def test_greedy_and_sampled_actions_avoid_a_masked_action_the_logits_prefer():
 
 
 def test_recurrent_mappo_params_bit_identical_on_four_devices_with_seeds_and_a_sweep():
-    config = PROBE.replace(total_timesteps=8 * 16 * 4, gru_size=8, hidden_sizes=(16,))
+    # agent ids as inputs: the probe's observations are zeros, which would leave a zero-initialised network still
+    config = PROBE.replace(total_timesteps=8 * 16 * 4, gru_size=8, hidden_sizes=(16,), agent_id=True)
     result = agents.team.train_mappo(config, MASKED, devices=4, num_seeds=2, sweep="lr=0.001,0.003", log_every=2,
                                      eval_every=0)
     slots = result.metrics[-1]["slots"]
@@ -88,8 +89,11 @@ def test_recurrent_mappo_params_bit_identical_on_four_devices_with_seeds_and_a_s
     assert len(copies) == 4
     for other in copies[1:]:
         jax.tree.map(np.testing.assert_array_equal, copies[0], other)
-    leaf = jax.tree.leaves(copies[0])[0]
-    assert leaf.shape[0] == 4 and not np.array_equal(leaf[0], leaf[1])
+    # the slots are trainings of their own: some parameter differs between any two
+    leaves = jax.tree.leaves(copies[0])
+    assert all(leaf.shape[0] == 4 for leaf in leaves)
+    for i, j in ((0, 1), (0, 2), (1, 3)):
+        assert any(not np.array_equal(leaf[i], leaf[j]) for leaf in leaves), (i, j)
 
 
 def _random_inputs(key, n, env):
