@@ -26,6 +26,28 @@ ACTION_SPACES: dict[str, tuple[str, ...]] = {
     "dqn": ("discrete",),
     "sac": ("continuous",),
 }
+# Agents for team envs (an agent axis: envs.marl_suite), which take no single-agent env.
+TEAM_AGENTS = ("ippo", "mappo")
+
+
+def single_agent(agent: str, env) -> None:
+    """The one-line ``ValueError`` if ``env`` is a team env (it declares ``agent_names``): a single-agent agent
+    would read its agent axis as part of one observation and one action."""
+    names = getattr(env, "agent_names", None)
+    if names:
+        raise ValueError(f"{agent} takes single-agent envs, but {getattr(env, 'name', type(env).__name__)} has "
+                         f"{len(names)} agents ({', '.join(names)}); agents for it: {', '.join(TEAM_AGENTS)}")
+
+
+def team_agents(agent: str, env) -> tuple[str, ...]:
+    """The agent names of a team env; the one-line ``ValueError`` for a single-agent env."""
+    names = getattr(env, "agent_names", None)
+    if not names:
+        name = getattr(env, "name", type(env).__name__)
+        raise ValueError(f"{agent} needs a multi-agent env (marl-NAME with a JaxMARL env name, e.g. "
+                         f"marl-MPE_simple_spread_v3, or a JaxMARL-style env instance), but {name} has a single "
+                         f"agent; agents for it: {', '.join(sorted(ACTION_SPACES))}")
+    return tuple(names)
 
 
 def agents_for(kind: str) -> list[str]:
@@ -64,7 +86,9 @@ def _refuse(agent: str, needs: str, env, env_params, kind_found: str) -> ValueEr
 
 
 def discrete_actions(agent: str, env, env_params) -> int:
-    """``n`` for an env whose action space is ``Discrete(n)``; the one-line ``ValueError`` otherwise."""
+    """``n`` for an env whose action space is ``Discrete(n)``; the one-line ``ValueError`` otherwise (also for a
+    team env)."""
+    single_agent(agent, env)
     space = env.action_space(env_params)
     if _is_discrete(space):
         return int(space.n)
@@ -86,7 +110,8 @@ class ActionBounds(NamedTuple):
 
 def continuous_actions(agent: str, env, env_params) -> ActionBounds:
     """The bounds of an env whose action space is a ``Box`` with finite bounds; the one-line ``ValueError`` for a
-    discrete space (or a ``Box`` with an infinite bound, which a squashed policy cannot cover)."""
+    discrete space (or a ``Box`` with an infinite bound, which a squashed policy cannot cover), or a team env."""
+    single_agent(agent, env)
     space = env.action_space(env_params)
     if not _is_box(space):
         raise _refuse(agent, "a continuous action space (Box)", env, env_params, "discrete")

@@ -20,6 +20,7 @@ actions, 1000-step episode limit).
     python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --out benchmarks/results/learning.jsonl
     python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --peer rejax
     python benchmarks/learning.py --envs Breakout-MinAtar --seeds 1     # 1e7 steps: about half an hour per seed here
+    python benchmarks/learning.py --agent ippo --envs marl-MPE_simple_spread_v3 --seeds 3 --budget-scale 0.1
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ REFERENCES: dict[str, tuple[int, float, str]] = {
     "Breakout-MinAtar": (10_000_000, 22.9, "gymnax-blines PPO (checkpoint 28); PureJaxRL about 40"),
     "Freeway-MinAtar": (10_000_000, 58.8, "gymnax-blines PPO"),
     "SpaceInvaders-MinAtar": (10_000_000, 131.6, "gymnax-blines PPO"),
+    # Team envs (the marl extra; --agent ippo or mappo): no published return is adopted as the reference, the
+    # random team's return is measured beside each row (random_team_return) instead.
+    "marl-MPE_simple_spread_v3": (10_000_000, float("nan"), "JaxMARL ippo_ff_mpe's budget and settings (the preset)"),
+    "marl-MPE_simple_reference_v3": (10_000_000, float("nan"), "JaxMARL ippo_ff_mpe's budget and settings"),
+    "marl-HeuristicEnemySMAX@3m": (2_000_000, float("nan"), "the SMAX preset's CPU budget (JaxMARL's mappo: 1e7)"),
+    "marl-overcooked": (3_000_000, float("nan"), "JaxMARL ippo_ff_overcooked's budget (without its reward shaping)"),
 }
 
 # Returns that count as solved (Gym's thresholds), timed by --peer comparisons instead of the reference.
@@ -95,6 +102,24 @@ def final_eval(run_dir: Path, seeds: int) -> list:
     return _slot_values(last, "eval/episode_return", seeds) if last else [None] * seeds
 
 
+def random_team_return(env_id: str, episodes: int, seed: int = 0) -> float:
+    """Mean return (the team's summed reward) of a team acting uniformly at random among its available actions."""
+    import jax
+    import jax.numpy as jnp
+
+    import envs
+    from rlpar import episodes as engine_episodes
+
+    env, env_params = envs.make(env_id)
+
+    def uniform(carry, obs, key):
+        return jax.random.categorical(key, jnp.where(obs.action_mask > 0, 0.0, -1e9)), carry
+
+    run = engine_episodes.make_episodes(env, env_params, lambda n: (), episodes,
+                                        env.max_steps_in_episode or engine_episodes.STEP_CAP)
+    return float(jnp.mean(jax.jit(lambda k: run(uniform, k).returns)(jax.random.PRNGKey(seed))))
+
+
 def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> dict:
     from rlpar import evaluate
 
@@ -108,12 +133,16 @@ def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> d
                    for s in range(args.seeds)]
         target_s, target_steps = time_to_target(run_dir, target, compile_s, args.seeds)
         in_training = final_eval(run_dir, args.seeds)
-        steps_run = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])["env_steps"]
+        last = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[-1])
+        steps_run = last["env_steps"]
+        # a team env's own episode metrics (SMAX: episode/won), per seed, over the last logged chunk's episodes
+        env_metrics = {key: _slot_values(last, key, args.seeds) for key in ("episode/won",)
+                       if key in (last.get("slots") or [last])[0]}
     return {"program": "rlpar", "budget": steps_run, "agent": args.agent, "greedy_return_mean": statistics.mean(returns),
             "greedy_return_std": statistics.pstdev(returns), "greedy_returns": returns,
             "final_eval_returns": in_training, "train_s": sum(t["time_s"] for t in timing), "compile_s": compile_s,
             "wall_s": trained["wall_s"], "time_to_target_s": target_s, "steps_to_target": target_steps,
-            "extra": extra}
+            "extra": extra, **({"last_chunk": env_metrics} if env_metrics else {})}
 
 
 def rejax_row(args, env: str, budget: int, target: float) -> dict | None:
@@ -189,13 +218,17 @@ def main() -> int:
             row = {"benchmark": "learning", "env": env, "budget": budget, "seeds": args.seeds,
                    "episodes": args.episodes, "reference": reference, "reference_source": source, "target": target,
                    **row, **common.host_fields(), "command": common.command_line()}
+            if env.startswith("marl-"):
+                row["random_team_return"] = random_team_return(env, 256)
             common.emit(row, args.out)
             hit = [t for t in row["time_to_target_s"] if t is not None]
             print(f"{env} {row['program']} {' '.join(row.get('extra', []))}: greedy {row['greedy_return_mean']:.1f} "
                   f"+- {row['greedy_return_std']:.1f} over {args.seeds} seeds at {row['budget']:,} steps (reference "
                   f"{reference}, {source}); train {row['train_s']:.0f}s + compile {row['compile_s']:.0f}s; to "
                   f"{target}: {len(hit)}/{args.seeds} seeds, median "
-                  f"{'n/a' if not hit else f'{statistics.median(hit):.0f}s'}", flush=True)
+                  f"{'n/a' if not hit else f'{statistics.median(hit):.0f}s'}"
+                  + (f"; random team {row['random_team_return']:.1f}" if "random_team_return" in row else ""),
+                  flush=True)
     return 0
 
 

@@ -27,7 +27,7 @@ _REGISTERED: set[str] = set()  # ids added (or replaced) by register: a user's c
 
 _ACCEPTED = (
     "a gymnax id, a probe id, an id added with envs.register, 'package.module:attribute' (a factory or an "
-    "environment class), or an environment instance"
+    "environment class), an environment instance, or a JaxMARL-style multi-agent env instance"
 )
 
 
@@ -97,6 +97,18 @@ def _is_env(obj: Any) -> bool:
     return not isinstance(obj, type) and all(hasattr(obj, m) for m in ("reset", "step", "action_space"))
 
 
+def _is_team_env(obj: Any) -> bool:
+    """Duck-typed check for a JaxMARL-style multi-agent env instance (``agents``, ``reset(key)``, ``step_env``)."""
+    return (not isinstance(obj, type) and hasattr(obj, "agents") and callable(getattr(obj, "step_env", None))
+            and callable(getattr(obj, "reset", None)))
+
+
+def _team(env: Any) -> Any:
+    from envs import marl_suite
+
+    return marl_suite.wrap_instance(env)
+
+
 def _from_spec(spec: str) -> Callable[..., Any] | Any:
     """The object ``"package.module:attribute"`` names (a factory, an environment class or an instance)."""
     module_name, _, attr = spec.partition(":")
@@ -124,7 +136,12 @@ def _unknown(env_id: Any) -> ValueError:
 
 
 def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
-    """``(env, env_params or None)`` from a factory, a class, or an instance (which takes no kwargs)."""
+    """``(env, env_params or None)`` from a factory, a class, or an instance (which takes no kwargs); a JaxMARL-style
+    env comes back adapted (``envs.marl_suite.TeamEnv``)."""
+    if _is_team_env(factory):
+        if env_kwargs:
+            raise ValueError(f"env {what}: env_kwargs {sorted(env_kwargs)} given for an environment instance")
+        return _team(factory), None
     if _is_env(factory):
         if env_kwargs:
             raise ValueError(f"env {what}: env_kwargs {sorted(env_kwargs)} given for an environment instance")
@@ -137,6 +154,8 @@ def _call_factory(what: str, factory: Any, env_kwargs: dict) -> tuple[Any, Any]:
     except Exception as err:  # noqa: BLE001 -- a user's factory (or a suite's constructor) failed
         raise from_user_code(f"env {what}: calling {getattr(factory, '__qualname__', type(factory).__name__)}"
                              f"({', '.join(f'{k}=...' for k in env_kwargs)})", err, _ACCEPTED) from err
+    if _is_team_env(made):
+        return _team(made), None
     if isinstance(made, tuple) and len(made) == 2 and _is_env(made[0]):
         return made
     if _is_env(made):
@@ -160,7 +179,7 @@ def _make_built_in(env_id: str, make: Callable[[], tuple[Any, Any]], env_kwargs:
 def _resolve(env: Any, env_kwargs: dict) -> tuple[Any, Any]:
     """``(raw env, env_params or None)`` for anything ``make`` accepts."""
     if not isinstance(env, str):
-        if _is_env(env):
+        if _is_env(env) or _is_team_env(env):
             return _call_factory(type(env).__name__, env, env_kwargs)
         raise _unknown(env)
     if env in _FACTORIES:
@@ -184,7 +203,8 @@ def make(env: Any, *, flatten: bool | None = None, env_params: Any = None, **env
       env: a gymnax id (``"CartPole-v1"``, ``"Breakout-MinAtar"``, ...), a probe id (``"Probe-OneStep-v0"``), a
         suite id (``"Craftax-Classic-Symbolic-v1"``, ``"brax-ant"``, ``"brax-ant@spring"``: ``envs.suites``, each
         needing its extra), an id added with ``register``, ``"package.module:attribute"`` naming a factory or
-        environment class (called with ``**env_kwargs``, see ``register``), or a gymnax-API environment instance.
+        environment class (called with ``**env_kwargs``, see ``register``), a gymnax-API environment instance, or
+        a JaxMARL-style multi-agent env instance (``envs.marl_suite.TeamEnv`` adapts it; ids ``marl-NAME``).
         Five-value ``step`` envs (gymnax 0.0.x style) are adapted to six values by ``envs.adapters.FiveToSixStep``.
       flatten: flatten observations to float32 vectors (for MLP policies); ``None`` (default) flattens everything
         but images ``[H, W, C]``, which CNN policies take as they are. Dict and tuple observations are always
@@ -222,6 +242,8 @@ def _wrap(raw, made_params, env_params, flatten):
     wrapped = adapt_step(raw, env_params)
     if isinstance(wrapped.action_space(env_params), spaces.Box):
         wrapped = RescaleAction(wrapped)
+    if flatten is None and getattr(wrapped, "agent_names", None):
+        flatten = False  # a team env (envs.marl_suite): its observation already has the agents' arrays
     if flatten is None:
         obs_space = wrapped.observation_space(env_params)
         flatten = isinstance(obs_space, (spaces.Dict, spaces.Tuple)) or len(obs_space.shape) != 3

@@ -1,4 +1,4 @@
-"""Environment suites beyond gymnax, each behind an optional extra: Craftax and brax.
+"""Environment suites beyond gymnax, each behind an optional extra: Craftax, brax and JaxMARL.
 
 ``envs.make`` asks ``suite_of(env_id)`` before gymnax; a suite's adapter module (``envs.craftax_suite``,
 ``envs.brax_suite``) is imported only when one of its envs is built, and imports its package then. Without the
@@ -8,6 +8,7 @@ package, naming one of its envs is a one-line ``ValueError`` with the pip comman
 |---|---|---|
 | ``Craftax-Classic-Symbolic-v1``, ``Craftax-Symbolic-v1`` (Craftax's names) | ``craftax`` | ``envs.craftax_suite`` |
 | ``brax-NAME`` with brax's env names (``brax-ant``, ...), ``brax-NAME@BACKEND`` | ``brax`` | ``envs.brax_suite`` |
+| ``marl-NAME`` with JaxMARL's env names (``marl-MPE_simple_spread_v3``), ``marl-NAME@MAP`` (SMAX) | ``marl`` | ``envs.marl_suite`` |
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ class Suite(NamedTuple):
 SUITES = {
     "craftax": Suite("craftax", "craftax", "craftax>=1.6.1,<1.7", "envs.craftax_suite"),
     "brax": Suite("brax", "brax", "brax>=0.14.2,<0.15", "envs.brax_suite"),
+    "marl": Suite("marl", "jaxmarl", "jaxmarl==0.2.0", "envs.marl_suite"),
 }
 CRAFTAX_IDS = ("Craftax-Classic-Symbolic-v1", "Craftax-Symbolic-v1")  # as envs.craftax_suite.IDS, without importing it
 BRAX_PREFIX = "brax-"
+MARL_PREFIX = "marl-"  # as envs.marl_suite.PREFIX
 
 # For the unknown-id message.
 DESCRIPTION = (f"{', '.join(CRAFTAX_IDS)} (the craftax extra), {BRAX_PREFIX}NAME[@BACKEND] with brax's env names, "
-               f"e.g. {BRAX_PREFIX}ant (the brax extra)")
+               f"e.g. {BRAX_PREFIX}ant (the brax extra), {MARL_PREFIX}NAME[@MAP] with JaxMARL's env names, e.g. "
+               f"{MARL_PREFIX}MPE_simple_spread_v3 (the marl extra)")
 
 
 def suite_of(env_id: str) -> Suite | None:
@@ -42,6 +46,8 @@ def suite_of(env_id: str) -> Suite | None:
         return SUITES["craftax"]
     if env_id.startswith(BRAX_PREFIX):
         return SUITES["brax"]
+    if env_id.startswith(MARL_PREFIX):
+        return SUITES["marl"]
     return None
 
 

@@ -186,6 +186,9 @@ class EpisodeStatistics(Wrapper):
       - ``episode_length``: number of steps of the episode including this step,
       - ``episode_done``: True where this step ended the episode (terminated or truncated),
     so the finished episodes of a batch are ``info["episode_return"][info["episode_done"]]``.
+
+    A reward with axes of its own (a team env's ``[A]``, one per agent: ``envs.marl_suite``) counts as its sum:
+    ``episode_return`` is the team's summed reward. A scalar reward is its own sum, bit for bit.
     """
 
     def reset(self, key, params=None):
@@ -197,7 +200,7 @@ class EpisodeStatistics(Wrapper):
             key, state.env_state, action, params
         )
         done = jnp.logical_or(terminated, truncated)
-        episode_return = state.episode_return + reward.astype(jnp.float32)
+        episode_return = state.episode_return + jnp.sum(jnp.asarray(reward, jnp.float32))
         episode_length = state.episode_length + 1
         info = {
             **info,

@@ -67,7 +67,7 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
         return _Loop(
             t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=keys[0],
             ended=loop.ended | terminated | truncated,
-            returns=loop.returns + jnp.where(running, reward.astype(jnp.float32), 0.0),
+            returns=loop.returns + jnp.where(running, team_reward(reward), 0.0),
             lengths=loop.lengths + running.astype(jnp.int32),
         )
 
@@ -87,6 +87,13 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
         return Episodes(loop.returns, loop.lengths, loop.ended)
 
     return run
+
+
+def team_reward(reward: jax.Array) -> jax.Array:
+    """``[N]``: each environment's reward, summed over its own axes (a team env's agents, ``[N, A]``) if it has any;
+    the same values as ``envs.EpisodeStatistics`` counts."""
+    reward = reward.astype(jnp.float32)
+    return reward if reward.ndim == 1 else jnp.sum(reward.reshape(reward.shape[0], -1), axis=1)
 
 
 def gather(episodes: Episodes, axis_name: str | None) -> dict:

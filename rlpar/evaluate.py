@@ -163,6 +163,8 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
     import jax
     import jax.numpy as jnp
 
+    from rlpar.episodes import team_reward
+
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def step(carry, _):
@@ -173,7 +175,7 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
             jax.random.split(key_step, num_episodes), state, action, env_params
         )
         running = jnp.logical_not(done)
-        ret = ret + jnp.where(running, reward, 0.0)
+        ret = ret + jnp.where(running, team_reward(reward), 0.0)  # a team env's [N, A]: the team's sum
         length = length + running.astype(jnp.int32)
         done = done | terminated | truncated
         return (next_obs, next_state, agent_carry, key, done, ret, length), (state, reward) if record else None
@@ -274,7 +276,7 @@ def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: 
         _write_frames(drawer.render_frames(episode, on_frame), path)
         return frames
     gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], states)) for t in range(frames)]
-    _animate(drawer, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)
+    _animate(drawer, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)  # single-agent
     return frames
 
 

@@ -1,5 +1,5 @@
-"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``,
-or ``package.module:ATTR``.
+"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``, ``ippo``,
+``mappo``, or ``package.module:ATTR``.
 
 The engine never imports this module or the agents; the CLI, evaluation and resume do.
 """
@@ -19,6 +19,8 @@ AGENTS: dict[str, str] = {
     "pqn": "agents.pqn:SPEC",
     "dqn": "agents.dqn:SPEC",
     "sac": "agents.sac:SPEC",
+    "ippo": "agents.team:IPPO_SPEC",
+    "mappo": "agents.team:MAPPO_SPEC",
 }
 
 

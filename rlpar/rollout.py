@@ -28,9 +28,9 @@ class Transition(NamedTuple):
     and ``final`` holds the agent's ``bootstrap`` of the observation that episode was cut at, for those steps.
     """
 
-    obs: jax.Array  # [T, B, *obs_shape] observation the action was chosen from
+    obs: Any  # [T, B, *obs_shape] observation the action was chosen from (or a pytree of such leaves)
     action: jax.Array  # [T, B, *action_shape]
-    reward: jax.Array  # [T, B] float32
+    reward: jax.Array  # [T, B] float32; [T, B, A] for a team env (one per agent, envs.marl_suite)
     terminated: jax.Array  # [T, B] bool, the episode reached a terminal state
     truncated: jax.Array  # [T, B] bool, the episode was cut by a time limit (and did not terminate)
     final: Any  # pytree [T, B, ...]: bootstrap(final observation) where truncated, zeros elsewhere; () without one
@@ -48,7 +48,7 @@ class RolloutState:
     """What the collector carries between calls, per device."""
 
     env_state: Any  # batched env state, leaves [B, ...]
-    obs: jax.Array  # [B, *obs_shape] current observation
+    obs: Any  # [B, *obs_shape] current observation (a pytree of [B, ...] leaves for a team env's)
     carry: Any  # the agent's per-env recurrent state [B, ...] (() for feed-forward agents)
     key: jax.Array  # PRNG key for acting and env steps
 
@@ -105,7 +105,7 @@ def _select(mask: jax.Array, on_true: Any, on_false: Any) -> Any:
 class _Pending(NamedTuple):
     """Per environment, the last truncated step's final observation (and carry) not yet bootstrapped."""
 
-    obs: jax.Array  # [B, *obs_shape]
+    obs: Any  # [B, *obs_shape] (a pytree of [B, ...] leaves for a team env's)
     carry: Any  # [B, ...] the agent's carry after that step
     held: jax.Array  # [B] bool: obs holds a truncated step's final observation
     spilled: jax.Array  # bool scalar: some environment was truncated twice in this collect (see make_collector)
@@ -157,13 +157,14 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         key_next, key_steps = jax.random.split(state.key)
         # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU each
         # threefry call is a loop of its own (docs/benchmarks.md).
-        num_envs = state.obs.shape[0]
+        first_obs = jax.tree.leaves(state.obs)[0]  # observations may be a pytree (a team env's), leaves [B, ...]
+        num_envs = first_obs.shape[0]
         keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
         keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
         # zeros_like(state.obs) keeps the per-device type of the observations under shard_map, as the scan's
         # outputs have it (jax_auto_pcast, the default in JAX 0.10; test_backends runs this under shard_map).
-        held = jnp.zeros_like(state.obs, bool).reshape(num_envs, -1).any(axis=1)
-        pending = _Pending(jnp.zeros_like(state.obs), state.carry, held, held.any())
+        held = jnp.zeros_like(first_obs, bool).reshape(num_envs, -1).any(axis=1)
+        pending = _Pending(jax.tree.map(jnp.zeros_like, state.obs), state.carry, held, held.any())
         (state, pending), traj = jax.lax.scan(lambda c, k: env_step(agent_state, c, k), (state, pending), keys)
         if bootstrap is not None:
             traj = traj._replace(final=_finals(bootstrap, agent_state, pending, traj))

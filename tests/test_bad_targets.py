@@ -99,7 +99,7 @@ NOTHING = None
 '''
 
 ENV_ACCEPTED = "accepted: a gymnax id"
-AGENT_ACCEPTED = "known agents are dqn, ppo, ppo_rnn, pqn, sac, or package.module:ATTR"
+AGENT_ACCEPTED = "known agents are dqn, ippo, mappo, ppo, ppo_rnn, pqn, sac, or package.module:ATTR"
 TINY = ["--num-envs", "4", "--num-steps", "4", "--total-timesteps", "32", "--eval-every", "0"]
 
 # (agent, --env value, what the line must say besides the value): every agent meets bad env targets.

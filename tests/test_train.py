@@ -59,7 +59,7 @@ def test_cli_writes_config_and_metrics(tmp_path, capsys):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["dqnn"], "unknown agent 'dqnn': known agents are dqn, ppo, ppo_rnn, pqn, sac"),
+        (["dqnn"], "unknown agent 'dqnn': known agents are dqn, ippo, mappo, ppo, ppo_rnn, pqn, sac"),
         (["ppo", "--env", "CartPol-v1"], "unknown env 'CartPol-v1'. Did you mean 'CartPole-v1'"),
         (["ppo", "--num-envs", "0"], "num_envs=0: must be a positive integer"),
         (["ppo", "--num-envs", "6", "--devices", "4"], "num_envs=6 is not divisible by the device count 4"),

@@ -26,6 +26,7 @@ from agents.normalization import RunningStats, init_stats, normalize_obs, update
 from agents.optim import make_optimizer, make_vector_optimizer
 from agents.ppo.config import PPOConfig
 from agents.ppo.loss import LossInfo, ppo_loss
+from agents.spaces import single_agent
 from rlpar.collectives import pmean
 from rlpar.rollout import Experience
 
@@ -69,6 +70,7 @@ class PPO(NamedTuple):
 
 def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str | None = None) -> PPO:
     """Build the per-device PPO functions for ``num_envs`` environments on this device."""
+    single_agent("ppo", env)
     obs_shape = env.observation_space(env_params).shape
     network = make_network(
         env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes, config.activation,
@@ -98,7 +100,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str |
 
         return fn
 
-    grad, fit = _make_fit(config, network, axis_name)
+    grad, fit = make_fit(config, network, axis_name)
 
     def learn(state: PPOState, experience: Experience) -> tuple[PPOState, dict]:
         traj = experience.traj
@@ -122,8 +124,11 @@ def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str |
                bootstrap=lambda state, carry, obs: value_of(state, obs), learn=learn, policy=policy, grad=grad, fit=fit)
 
 
-def _make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
-    """``(grad, fit)``: one minibatch's pmean-ed gradient, and the epochs of minibatch steps over a batch."""
+def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
+    """``(grad, fit)``: one minibatch's pmean-ed gradient, and the epochs of minibatch steps over a batch.
+
+    ``network`` is an ``ActorCritic`` or a subclass whose ``__call__`` takes ``Batch.obs`` as it is (a pytree with
+    ``[N, ...]`` leaves works: the team agents' inputs, ``agents.team``); ``config`` has ``PPOConfig``'s fields."""
     tx_vector = make_vector_optimizer(config.lr, config.max_grad_norm,
                                       config.num_gradient_steps if config.anneal_lr else None)
     tx = optax.flatten(tx_vector)  # = make_optimizer's: the same state on either path
@@ -173,7 +178,9 @@ def _make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
         def epoch(carry, xs):
             perm, epoch_moments = xs  # [N], [M, 2]
             minibatches = jax.tree.map(
-                lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
+                # sizes spelled out: a leaf may be empty ([N, 0]: a team agent's absent world state)
+                lambda x: jnp.take(x, perm, axis=0).reshape(
+                    (config.num_minibatches, x.shape[0] // config.num_minibatches) + x.shape[1:]), batch
             )
             return jax.lax.scan(minibatch_step, carry, (minibatches, epoch_moments))
 

@@ -19,6 +19,7 @@ from agents.optim import make_optimizer
 from agents.ppo.loss import ppo_loss
 from agents.ppo_rnn.config import RecurrentPPOConfig
 from agents.ppo_rnn.network import RecurrentActorCritic, distribution, unroll
+from agents.spaces import single_agent
 from rlpar.collectives import pmean
 from rlpar.rollout import Experience
 
@@ -57,6 +58,7 @@ class RecurrentPPO(NamedTuple):
 
 def make_ppo_rnn(config: RecurrentPPOConfig, env, env_params, num_envs: int,
                  axis_name: str | None = None) -> RecurrentPPO:
+    single_agent("ppo_rnn", env)
     obs_shape = env.observation_space(env_params).shape
     if not hasattr(env.action_space(env_params), "n"):
         raise ValueError(f"ppo_rnn supports discrete action spaces only; {env.name} has "

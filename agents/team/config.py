@@ -1,0 +1,49 @@
+"""IPPO and MAPPO settings: every ``PPOConfig`` field (the same loss, GAE and optimizer) plus the team's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agents import checks
+from agents.ppo.config import PPOConfig
+from rlpar.agent import config_field
+
+ACTION_MASKS = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class TeamConfig(PPOConfig):
+    """PPO for a team: one network shared by every agent, which acts on its own observation. ``num_envs`` and
+    ``total_timesteps`` count team steps (one step of an env moves every agent), as JaxMARL counts them; each update
+    learns from ``num_envs * num_steps * agents`` agent steps."""
+
+    agent_id: bool = config_field(False, "append the agent's one-hot id to the actor's input (and, for mappo, to the "
+                                         "critic's world state), so the shared network can act differently per agent")
+    action_mask: str = config_field("auto", "respect the env's action masks when sampling and acting greedily: auto "
+                                            "(where the env has them), on (refuse an env without), off (ignore them)")
+    gru_size: int = config_field(0, "0: feed-forward actor and critic; N > 0: a GRU of N units after the first layer "
+                                    "of each, its state reset where an episode starts (minibatches then split "
+                                    "environments, never time)")
+
+    @classmethod
+    def for_env(cls, env_id: str) -> "TeamConfig":
+        """The defaults with this environment's preset applied (``agents/team/presets.py``); plain defaults if none."""
+        from agents.team.presets import preset
+
+        return cls(**preset(cls, env_id))
+
+    def validate(self, num_devices: int = 1) -> "TeamConfig":
+        super().validate(num_devices)
+        if self.action_mask not in ACTION_MASKS:
+            raise ValueError(f"action_mask={self.action_mask!r}: must be one of {', '.join(ACTION_MASKS)}")
+        if not isinstance(self.gru_size, int) or isinstance(self.gru_size, bool) or self.gru_size < 0:
+            raise ValueError(f"gru_size={self.gru_size!r}: must be 0 (feed-forward) or a positive integer")
+        if self.normalize_obs:
+            raise ValueError("normalize_obs=True is not supported by the team agents (ippo, mappo): drop the flag")
+        if self.gru_size and (self.num_envs // num_devices) % self.num_minibatches:
+            local_envs = self.num_envs // num_devices
+            raise ValueError(f"num_minibatches={self.num_minibatches} does not divide the environments per device "
+                             f"({local_envs}): recurrent minibatches are whole sequences, so use a divisor of "
+                             f"{local_envs}")
+        checks.positive_ints(self, "num_minibatches")
+        return self

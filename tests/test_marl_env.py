@@ -1,0 +1,102 @@
+"""The JaxMARL adapter (envs/marl_suite.py) on JaxMARL's own envs: agent-axis arrays, the terminal observation kept,
+truncation apart from termination on MPE, SMAX and Overcooked; names refused in one line. Needs the marl extra."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import envs
+from rlpar import train as train_cli
+
+pytest.importorskip("jaxmarl")
+
+
+def _rollout(env, env_params, steps, state=None, action=None, key=0):
+    """``steps`` steps of one env from a reset (or ``state``) with a fixed action; outputs stacked ``[steps, ...]``."""
+    key_reset, key_steps = jax.random.split(jax.random.PRNGKey(key))
+    obs, start = env.reset(key_reset, env_params)
+    state = start if state is None else state
+    action = jnp.zeros(env.num_agents, jnp.int32) if action is None else action
+
+    def body(state, key):
+        obs, state, reward, terminated, truncated, info = env.step(key, state, action, env_params)
+        return state, (obs, reward, terminated, truncated, info)
+
+    run = jax.jit(lambda s, k: jax.lax.scan(body, s, jax.random.split(k, steps))[1])
+    return obs, jax.device_get(run(state, key_steps))
+
+
+def test_mpe_spread_is_cut_at_its_step_limit_with_the_final_observation_kept():
+    env, env_params = envs.make("marl-MPE_simple_spread_v3")
+    assert env.agent_names == ("agent_0", "agent_1", "agent_2") and env.time_limit == 25
+    # JaxMARL's MPE ends an episode on the step its counter passes max_steps: 26 steps of max_steps=25
+    obs0, (obs, reward, terminated, truncated, info) = _rollout(env, env_params, 27)
+    assert obs0.obs.shape == (3, 18) and obs0.action_mask.shape == (3, 5) and obs0.world_state.shape == (54,)
+    np.testing.assert_array_equal(obs0.agent_id, np.eye(3))
+    np.testing.assert_array_equal(obs0.world_state, obs0.obs.reshape(-1))  # every agent's observation, in order
+    assert reward.shape == (27, 3)
+    assert not terminated.any() and np.flatnonzero(truncated).tolist() == [25]  # step 26 is cut: bootstrap
+    final = info["final_observation"].obs
+    assert not np.allclose(final[25], obs.obs[25])  # the terminal observation, not the reset one
+    np.testing.assert_array_equal(final[24], obs.obs[24])
+    # the team's return is the agents' summed reward; each agent's own return is an episode metric
+    team = info["episode_return"][25]
+    agents = [info["episode_metrics"][f"agent_agent_{i}_return"][25] for i in range(3)]
+    assert team == pytest.approx(float(np.sum(reward[:26])), rel=1e-5) == pytest.approx(sum(agents), rel=1e-5)
+
+
+def test_overcooked_is_cut_at_its_step_limit():
+    env, env_params = envs.make("marl-overcooked", max_steps=3)
+    _, (obs, reward, terminated, truncated, _) = _rollout(env, env_params, 4)
+    assert obs.obs.shape == (4, 2, env.obs_size) and reward.shape == (4, 2)
+    assert not terminated.any() and truncated.tolist() == [False, False, True, False]
+
+
+def test_smax_team_wipe_terminates_and_wins_while_its_step_limit_truncates():
+    env, env_params = envs.make("marl-HeuristicEnemySMAX@3m", max_steps=2)
+    assert env.agent_names == ("ally_0", "ally_1", "ally_2") and env.has_action_masks and env.time_limit == 2
+    raw = env.unwrapped.unwrapped  # JaxMARL's own env behind the engine's wrappers and the adapter
+    obs, state = env.reset(jax.random.PRNGKey(5), env_params)
+    own = state.env_state.env_state
+    np.testing.assert_array_equal(obs.action_mask, np.stack([raw.get_avail_actions(own)[a] for a in raw.agents]))
+    np.testing.assert_array_equal(obs.world_state, np.asarray(raw.get_world_state(own)).reshape(-1))
+
+    # two envs in one program: [0] as reset; [1] with every enemy dead and its counter at the limit
+    inner = own.state
+    alive = inner.unit_alive.at[3:].set(False)
+    wiped = inner.replace(unit_alive=alive, unit_health=jnp.where(alive, inner.unit_health, 0.0), step=2)
+    wiped = state.replace(env_state=state.env_state.replace(env_state=own.replace(state=wiped)))
+    states = jax.tree.map(lambda a, b: jnp.stack([a, b]), state, wiped)
+    def step(state, key):
+        _, state, *out = env.step(key, state, jnp.zeros(3, jnp.int32), env_params)
+        return state, tuple(out)  # reward, terminated, truncated, info
+
+    run = jax.jit(jax.vmap(lambda s, k: jax.lax.scan(step, s, jax.random.split(k, 3))[1]))
+    _, terminated, truncated, info = jax.device_get(run(states, jax.random.split(jax.random.PRNGKey(6), 2)))
+    # like MPE's, SMAX's episode ends on the step its counter passes max_steps: 3 no-op steps of max_steps=2
+    assert truncated[0].tolist() == [False, False, True] and not terminated[0].any()
+    assert info["episode_metrics"]["won"][0, 2] == 0.0
+    # a side wiped out on the step limit: the episode ended on its own (terminated, not bootstrapped), and was won
+    assert terminated[1, 0] and not truncated[1, 0] and info["episode_metrics"]["won"][1, 0] == 1.0
+
+
+BAD = [
+    (["ippo", "--env", "marl-MPE_simple_sprad_v3"],
+     ["unknown JaxMARL env", "Did you mean 'marl-MPE_simple_spread_v3'"]),
+    (["ippo", "--env", "marl-HeuristicEnemySMAX@3mm"], ["unknown SMAX map '3mm'", "3m"]),
+    (["ippo", "--env", "marl-MPE_simple_spread_v3@3m"], ["only taken by the SMAX envs"]),
+    (["ppo", "--env", "marl-MPE_simple_spread_v3"], ["ppo takes single-agent envs", "3 agents"]),
+    (["mappo", "--env", "marl-MPE_simple_spread_v3", "--action-mask", "on"], ["has none"]),
+]
+
+
+@pytest.mark.parametrize("argv, says", BAD, ids=[" ".join(a[:3]) for a, _ in BAD])
+def test_bad_jaxmarl_names_are_one_line_and_exit_2(argv, says, capsys):
+    assert train_cli.main([*argv, "--total-timesteps", "4096"]) == 2
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for part in says:
+        assert part in lines[0], lines[0]
