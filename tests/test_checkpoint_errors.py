@@ -125,7 +125,10 @@ def test_ctrl_c_during_a_save_lets_the_save_finish_then_interrupts(tmp_path, mon
 
     class SignalledMidSave:
         def save(self, path, args):
-            os.kill(os.getpid(), signal.SIGINT)  # delivered while orbax writes
+            # raised in this (the main) thread, so Python runs its handler before orbax starts writing; a kill() of
+            # the process may be taken by any of its threads, and on a loaded host the main thread saw it only
+            # after the save's block had ended (the test once got no KeyboardInterrupt at all)
+            signal.raise_signal(signal.SIGINT)
             real.save(path, args=args)
 
     monkeypatch.setattr(checkpoint, "_checkpointer", lambda: (ocp, SignalledMidSave()))
