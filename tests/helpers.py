@@ -17,3 +17,13 @@ def random_batch(key, n, obs_dim=4):
         advantage=jax.random.normal(k[4], (n,)) * 2 + 0.5,
         target=jax.random.normal(k[5], (n,)),
     )
+
+
+def assert_one_line_error(captured, says) -> None:
+    """``captured`` (pytest's ``capsys.readouterr()``) holds one ``error: ...`` line on stderr, no traceback, and that
+    line contains every string of ``says``."""
+    assert "Traceback" not in captured.err + captured.out
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    for part in says:
+        assert part in lines[0], lines[0]

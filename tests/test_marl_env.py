@@ -8,6 +8,7 @@ import pytest
 
 import envs
 from rlpar import train as train_cli
+from helpers import assert_one_line_error
 
 pytest.importorskip("jaxmarl")
 
@@ -94,9 +95,4 @@ BAD = [
 @pytest.mark.parametrize("argv, says", BAD, ids=[" ".join(a[:3]) for a, _ in BAD])
 def test_bad_jaxmarl_names_are_one_line_and_exit_2(argv, says, capsys):
     assert train_cli.main([*argv, "--total-timesteps", "4096"]) == 2
-    captured = capsys.readouterr()
-    assert "Traceback" not in captured.err + captured.out
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
-    for part in says:
-        assert part in lines[0], lines[0]
+    assert_one_line_error(capsys.readouterr(), says)
