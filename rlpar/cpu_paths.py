@@ -1,0 +1,117 @@
+"""The one switch between the XLA:CPU fast paths and plain JAX/flax/optax code, and the engine's own fast path.
+
+The switch (``cpu_fast_paths``) is here, in the engine, because the engine has a fast path of its own; the agents'
+layers and optimizer read it through ``agents.platform``, which re-exports it and lists their tricks.
+
+The engine's fast path: **threefry unrolled on XLA:CPU.** JAX lowers ``threefry2x32`` (every ``jax.random`` draw
+and key split) on CPU as a ``fori_loop`` over its five key-schedule rounds, to keep compiled programs small. On
+XLA:CPU each iteration of a loop costs a dispatch plus a copy of every loop-carried buffer (about ten copies per
+round here), so one small draw costs tens of kernel calls. A collector draws inside every environment step (the
+policy's sample, the environments' auto-reset), and with few environments per device that loop is a large part of
+the whole update: PPO on CartPole with 8 environments ran about 1.2x faster with the rounds unrolled, bit-identical
+(``docs/benchmarks.md``, "threefry"). With the switch on, ``install()`` (called when ``rlpar`` builds a program, and
+on import of ``agents``) registers, for the CPU platform only, a lowering that emits JAX's own unrolled threefry
+(the one it uses on GPU without the custom kernel) as one outlined function; with the switch off it emits JAX's
+rolled loop. The values are the same either way: threefry is the same function of its inputs.
+
+How to ask, most specific first:
+
+- ``set_fast_paths(False)`` or ``with fast_paths(False): ...`` in code (``True`` forces the fast paths anywhere);
+- the environment variable ``RLPAR_PLAIN_LAYERS=1`` (``0`` or unset: decide by platform);
+- otherwise: fast paths on ``jax.default_backend() == "cpu"``, plain code elsewhere.
+
+The switch is read when a function is traced and lowered, never at import, so importing this module starts no JAX
+backend. A function already compiled keeps the path it was compiled with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import jax
+
+PLAIN_LAYERS_ENV = "RLPAR_PLAIN_LAYERS"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+_override: bool | None = None  # set_fast_paths / fast_paths; None: decide by environment variable and platform
+
+
+def set_fast_paths(enabled: bool | None) -> None:
+    """Force the fast paths on (``True``) or off (``False``) for everything traced from now on; ``None`` undoes it."""
+    global _override
+    if enabled is not None and not isinstance(enabled, bool):
+        raise TypeError(f"set_fast_paths takes True, False or None, got {enabled!r}")
+    _override = enabled
+
+
+@contextlib.contextmanager
+def fast_paths(enabled: bool | None) -> Iterator[None]:
+    """``set_fast_paths(enabled)`` inside the ``with`` block, the previous setting restored after it."""
+    previous = _override
+    set_fast_paths(enabled)
+    try:
+        yield
+    finally:
+        set_fast_paths(previous)
+
+
+def plain_layers_requested() -> bool:
+    """Whether ``$RLPAR_PLAIN_LAYERS`` asks for the plain code; ``ValueError`` for a value that is not a boolean."""
+    value = os.environ.get(PLAIN_LAYERS_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f"{PLAIN_LAYERS_ENV}={os.environ[PLAIN_LAYERS_ENV]!r}: expected one of 1/0, true/false, yes/no, on/off"
+    )
+
+
+def cpu_fast_paths(platform: str | None = None) -> bool:
+    """Whether to use the XLA:CPU fast paths for code that runs on ``platform`` (default ``jax.default_backend()``).
+
+    ``set_fast_paths``/``fast_paths`` win when set; then ``$RLPAR_PLAIN_LAYERS`` turns the fast paths off; otherwise
+    they are on exactly when the platform is ``"cpu"``.
+    """
+    if _override is not None:
+        return _override
+    if plain_layers_requested():
+        return False
+    if platform is None:
+        platform = jax.default_backend()
+    return platform == "cpu"
+
+
+def resolve(fast: bool | None, platform: str | None = None) -> bool:
+    """A module's ``fast`` field resolved: itself when given, else ``cpu_fast_paths(platform)``."""
+    return cpu_fast_paths(platform) if fast is None else fast
+
+
+_installed = False
+
+
+def install() -> bool:
+    """Register the CPU lowering of ``threefry2x32`` that follows the switch (once per process; later calls do
+    nothing). Returns whether it is registered: ``False`` when this JAX lacks the internals it replaces (then JAX's
+    own lowering stays, and nothing changes but speed)."""
+    global _installed
+    if _installed:
+        return True
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32 as threefry
+
+        unrolled, rolled = threefry._threefry2x32_lowering_rule, threefry._threefry2x32_cpu_lowering_rule
+        primitive = threefry.threefry2x32_p
+    except (ImportError, AttributeError):
+        return False
+
+    def lowering(ctx, *args, **params):
+        return (unrolled if cpu_fast_paths("cpu") else rolled)(ctx, *args, **params)
+
+    mlir.register_lowering(primitive, lowering, platform="cpu", inline=False)
+    _installed = True
+    return True
