@@ -19,7 +19,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from agents import platform
+from agents import platform, shuffle
 from agents.advantages import gae, moments, normalize_with
 from agents.networks import ActorCritic, make_network
 from agents.normalization import RunningStats, init_stats, normalize_obs, update_stats
@@ -194,7 +194,7 @@ def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name
     """Every epoch's permutation ``[E, N]`` and every minibatch's advantage moments over all devices ``[E, M, 2]``
     (one collective for all of them; zeros, and no collective, when advantages are not normalised)."""
     n = advantage.shape[0]
-    perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
+    perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
     if config.normalize_advantages:
         minibatch_advantages = advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
         return perms, moments(minibatch_advantages, axis_name, axis=-1)

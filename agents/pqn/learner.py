@@ -21,7 +21,7 @@ import optax
 from flax import struct
 from jax.flatten_util import ravel_pytree
 
-from agents import platform
+from agents import platform, shuffle
 from agents.optim import make_optimizer, make_vector_optimizer
 from agents.pqn.config import PQNConfig
 from agents.pqn.network import QNetwork, q_network
@@ -158,7 +158,7 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
             return (jax.tree.map(jnp.add, p, updates), opt_state), stats
 
         n = batch.target.shape[0]
-        perms = jax.vmap(lambda k: jax.random.permutation(k, n))(jax.random.split(key, config.update_epochs))
+        perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
 
         def epoch(carry, perm):
             minibatches = jax.tree.map(
