@@ -176,6 +176,67 @@ def _rejax_learning(args) -> dict:
             "time_to_target_s": to_target}
 
 
+def _median_seconds(fn, *fn_args, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn(*fn_args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*fn_args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _rejax_profile(args) -> dict:
+    """One rejax PPO update on the given config split as ``profile_update.py`` splits rlpar's: milliseconds per
+    update of the whole ``train_iteration``, the collect, the advantages (last value and GAE), the shuffles (every
+    epoch's permutation and minibatch gathers), the minibatch steps (gradient and optimizer, both networks) and the
+    rest; then the update's kernels by kind (``thunks.py``)."""
+    import jax
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import thunks
+    import rejax
+    from rejax.algos.ppo import AdvantageMinibatch
+
+    name, config = _rejax_config(args)
+    algo = getattr(rejax, name).create(**config)
+    ts = algo.init_state(jax.random.PRNGKey(args.seed))
+    k, repeats = 10, args.repeats
+
+    def scan(body, carry):
+        return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=k)[0]
+
+    ts_after, traj = jax.jit(algo.collect_trajectories)(ts)
+
+    def advantages(ts):
+        last = jax.numpy.where(ts.last_done, 0, algo.critic.apply(ts.critic_ts.params, ts.last_obs))
+        return algo.calculate_gae(traj, last)
+
+    adv, targets = jax.jit(advantages)(ts_after)
+    batch = AdvantageMinibatch(traj, adv, targets)
+    keys = jax.random.split(jax.random.PRNGKey(1), algo.num_epochs)
+    shuffles = jax.jit(lambda keys: jax.vmap(lambda key: algo.shuffle_and_split(batch, key))(keys))
+    minibatches = jax.tree.map(lambda x: x.reshape((-1,) + x.shape[2:]), shuffles(keys))  # [E * M, ...]
+    steps = jax.jit(lambda ts: jax.lax.scan(lambda t, mb: (algo.update(t, mb), None), ts, minibatches)[0])
+    update = jax.jit(lambda ts: scan(algo.train_iteration, ts))
+    parts = {
+        "update": _median_seconds(update, ts, repeats=repeats) / k,
+        "collect": _median_seconds(jax.jit(lambda ts: scan(lambda t: algo.collect_trajectories(t)[0], ts)), ts,
+                                   repeats=repeats) / k,
+        "advantages": _median_seconds(jax.jit(advantages), ts_after, repeats=repeats),
+        "shuffles": _median_seconds(shuffles, keys, repeats=repeats),
+        "minibatch_steps": _median_seconds(steps, ts, repeats=repeats),
+    }
+    parts["rest"] = parts["update"] - sum(v for key, v in parts.items() if key != "update")
+    kinds = thunks.by_kind(update, (ts,))
+    return {"peer": "rejax", "algo": args.algo, "peer_version": _version("rejax"), "jax_version": jax.__version__,
+            "ms": {key: 1e3 * v for key, v in parts.items()},
+            "kernels": {kind: [ms / k, n / k] for kind, (ms, n) in kinds.items()},
+            "minibatch_steps": algo.num_epochs * algo.num_minibatches}
+
+
 def _sb3_main(args) -> dict:
     """Train Stable-Baselines3 PPO (PyTorch, CPU) on gymnasium CartPole-v1 with the same hyperparameters."""
     import gymnasium
@@ -278,6 +339,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--target", type=float, default=float("inf"), help="learning mode: return to time")
     parser.add_argument("--repeats", type=int, default=3, help="timed training runs; median and min/max reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (sb3 only)")
+    parser.add_argument("--profile", action="store_true", help="rejax ppo: time one update's pieces (profile_update.py)")
 
 
 def run_peer(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
@@ -307,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         parser = argparse.ArgumentParser()
         add_config_flags(parser)
         args = parser.parse_args(argv[2:])
-        main_fn = {"rejax": _rejax_learning if args.seeds else _rejax_main, "sb3": _sb3_main}[peer]
+        rejax_fn = _rejax_profile if args.profile else _rejax_learning if args.seeds else _rejax_main
+        main_fn = {"rejax": rejax_fn, "sb3": _sb3_main}[peer]
         record = main_fn(args)
         record.update(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
                       total_timesteps=args.total_timesteps)

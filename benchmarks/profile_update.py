@@ -1,14 +1,20 @@
-"""Where one PPO update's time goes: collect vs gradient steps vs the rest (advantages, shuffling, metrics).
+"""Where one PPO update's time goes: collect, advantages, shuffles, minibatch steps, the rest; and by kernel kind.
 
 Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``--updates`` per compiled call):
 
 - ``update``: ``rlpar.program.make_program(agent, ...).update`` for the PPO agent (``agents.ppo.make_ppo``), the
   whole per-device step the runner maps: collect, then ``PPO.learn``;
 - ``collect``: ``rlpar.rollout.make_collector`` with PPO's ``act`` and ``bootstrap``, as the program builds it;
-- ``grad steps``: ``PPO.fit``, the ``update_epochs * num_minibatches`` shuffled minibatch gradient + optimizer
-  steps on one update's batch;
-- ``rest`` = update - collect - grad steps (GAE, the last observation's value, batch flattening, loss and episode
-  statistics).
+- ``advantages``: the last observation's value and GAE (``agents.advantages.gae``) on one collected batch;
+- ``shuffles``: every epoch's permutation (``agents.shuffle.permutation``) and the gathers of the batch into
+  minibatches;
+- ``minibatch steps``: ``PPO.fit``'s ``update_epochs * num_minibatches`` gradient + optimizer steps (fit's time
+  less the shuffles');
+- ``rest`` = update less all of the above (batch flattening, loss and episode statistics, advantage moments).
+
+``--kernels``: the update's XLA:CPU kernels summed by kind (``thunks.py``: a ``jax.profiler`` trace), to see what a
+time is made of (how many copies, sorts, loops). ``--peer rejax``: the same split and kernels of rejax's PPO on the
+same config, measured in rejax's environment right after (``peers.py rejax --profile``).
 
 Throughput in FLOP/s: XLA's cost analysis (``compiled.cost_analysis()["flops"]``) of one minibatch gradient
 (``PPO.grad``, a loop-free program) and of one acting step (``PPO.act`` on this device's envs) gives the update's
@@ -17,7 +23,8 @@ they give the achieved GFLOP/s, set beside the GFLOP/s of a large float32 matmul
 this backend does on this host: the practical peak).
 
     python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
-    python benchmarks/profile_update.py --num-envs 1024
+    python benchmarks/profile_update.py --kernels --peer rejax
+    python benchmarks/profile_update.py --num-envs 1024 --peer rejax
     python benchmarks/profile_update.py --env Breakout-MinAtar --preset   # the env's preset (64 envs x 128 steps)
     python benchmarks/profile_update.py --env Breakout-MinAtar --preset --torso auto --hidden-sizes 128  # convolution
 """
@@ -53,13 +60,19 @@ def main(argv=None) -> int:
     parser.add_argument("--hidden-sizes", default=None, help="e.g. 128 or 256,256; default: the preset's")
     parser.add_argument("--updates", type=int, default=10, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--kernels", action="store_true", help="also the update's kernels by kind (a profiler trace)")
+    parser.add_argument("--peer", choices=["rejax"], default=None, help="also rejax's PPO on the same config")
     args = parser.parse_args(argv)
 
     import jax
     import jax.numpy as jnp
 
     import envs
-    from agents.ppo import Batch, PPOConfig, make_ppo
+    import thunks
+    from agents import advantages as adv
+    from agents import shuffle
+    from agents.ppo import PPOConfig, make_ppo
+    from agents.ppo.learner import Batch
     from rlpar import rollout
     from rlpar.program import make_program
 
@@ -71,42 +84,60 @@ def main(argv=None) -> int:
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
     program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
     state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))  # TrainState(agent: PPOState, rollout)
-    k = args.updates
+    k, repeats = args.updates, args.repeats
 
     def scan(body, carry, length):
         return jax.lax.scan(lambda c, _: (body(c), None), carry, None, length=length)[0]
 
-    progress = common.Rows(4)
+    progress = common.Rows(6 + args.kernels + (args.peer is not None))
+    times = {}
     progress.start(f"compiling and timing {k} whole updates")
     update = jax.jit(lambda s: scan(lambda s: program.update(s)[0], s, k))
-    t_update = median_seconds(update, state, repeats=args.repeats) / k
+    times["update"] = median_seconds(update, state, repeats=repeats) / k
 
     collect = rollout.make_collector(env, env_params, ppo.act, config.num_steps, bootstrap=ppo.bootstrap,
                                      initial_carry=ppo.initial_carry)
     progress.start(f"compiling and timing {k} collects")
     collect_k = jax.jit(lambda a, r: scan(lambda r: collect(a, r)[0], r, k))
-    t_collect = median_seconds(collect_k, state.agent, state.rollout, repeats=args.repeats) / k
+    times["collect"] = median_seconds(collect_k, state.agent, state.rollout, repeats=repeats) / k
 
+    end, traj = jax.jit(collect)(state.agent, state.rollout)
+
+    def advantages(agent_state):
+        last = ppo.bootstrap(agent_state, (), end.obs)
+        return adv.gae(traj.reward, traj.extras["value"], traj.terminated, traj.truncated, traj.final, last,
+                       config.gamma, config.gae_lambda)
+
+    progress.start("compiling and timing the advantages")
+    times["advantages"] = median_seconds(jax.jit(advantages), state.agent, repeats=repeats)
+
+    flat = lambda x: x.reshape((-1,) + x.shape[2:])
+    advantage, target = jax.jit(advantages)(state.agent)
+    batch = Batch(flat(traj.obs), flat(traj.action), flat(traj.extras["log_prob"]), flat(traj.extras["value"]),
+                  flat(advantage), flat(target))
     n = config.batch_size  # one update's batch on this device
-    obs_dim = env.observation_space(env_params).shape
-    keys = jax.random.split(jax.random.PRNGKey(2), 3)
-    num_actions = getattr(env.action_space(env_params), "n", 2)
-    batch = Batch(jax.random.normal(keys[0], (n, *obs_dim)), jax.random.randint(keys[1], (n,), 0, num_actions),
-                  jnp.full((n,), -0.69), jnp.zeros(n), jax.random.normal(keys[2], (n,)), jnp.zeros(n))
 
-    def fit(carry):
+    def shuffles(key, batch):  # as PPO.fit draws and gathers them: every epoch's permutation, the batch in that order
+        perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
+        gathered = [jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch) for perm in perms]  # one per epoch
+        return gathered, batch.advantage[perms]
+
+    progress.start("compiling and timing the shuffles")
+    times["shuffles"] = median_seconds(jax.jit(shuffles), jax.random.PRNGKey(3), batch, repeats=repeats)
+
+    def fit(carry, batch):
         params, opt_state, key = carry
         key, key_fit = jax.random.split(key)
         params, opt_state, _ = ppo.fit(params, opt_state, batch, key_fit)
         return params, opt_state, key
 
     steps = config.update_epochs * config.num_minibatches
-    progress.start(f"compiling and timing {k} updates' gradient steps")
-    grads_k = jax.jit(lambda c: scan(fit, c, k))
-    t_grads = median_seconds(grads_k, (state.agent.params, state.agent.opt_state, jax.random.PRNGKey(3)),
-                             repeats=args.repeats) / k
-
-    rest = t_update - t_collect - t_grads
+    progress.start(f"compiling and timing {k} updates' minibatch steps")
+    fit_k = jax.jit(lambda c, batch: scan(lambda c: fit(c, batch), c, k))  # the batch an argument, not a constant
+    times["minibatch steps"] = median_seconds(fit_k, (state.agent.params, state.agent.opt_state,
+                                                      jax.random.PRNGKey(3)), batch, repeats=repeats) / k
+    times["minibatch steps"] -= times["shuffles"]
+    times["rest"] = times["update"] - sum(v for key, v in times.items() if key != "update")
 
     def flops(fn, *fn_args) -> float:
         return float(jax.jit(fn).lower(*fn_args).compile().cost_analysis()["flops"])
@@ -121,15 +152,45 @@ def main(argv=None) -> int:
     a = jax.random.normal(jax.random.PRNGKey(4), (size, size))
     t_matmul = median_seconds(jax.jit(lambda x: x @ x), a, repeats=args.repeats)
     peak = 2 * size**3 / t_matmul / 1e9
+    kinds = None
+    if args.kernels:
+        progress.start("tracing the update's kernels")
+        kinds = thunks.by_kind(update, (state,))
+        kinds = {kind: (ms / k, count / k) for kind, (ms, count) in kinds.items()}
+    peer = None
+    if args.peer:
+        import peers
+
+        progress.start(f"{args.peer}: the same split on the same config, in its own environment")
+        peer = peers.run_peer(args.peer, ["--profile", "--env", args.env, "--num-envs", str(config.num_envs),
+                                          "--num-steps", str(config.num_steps), "--repeats", str(repeats),
+                                          "--update-epochs", str(config.update_epochs),
+                                          "--num-minibatches", str(config.num_minibatches),
+                                          "--hidden-sizes", ",".join(map(str, config.hidden_sizes)),
+                                          "--activation", config.activation])
     print(common.host_line(), flush=True)
     print(f"{args.env}, torso {config.torso}, hidden {config.hidden_sizes}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
           f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
-    print(f"update     {1e3 * t_update:8.2f} ms  ({config.batch_size / t_update:,.0f} env steps/s)")
-    for name, t in (("collect", t_collect), (f"{steps} grad steps", t_grads), ("rest", rest)):
-        print(f"{name:15s}{1e3 * t:8.2f} ms  {100 * t / t_update:5.1f}%")
+    header = f"{'':18s}{'rlpar ms':>10s}{'share':>8s}" + (f"{args.peer + ' ms':>12s}{'share':>8s}{'rlpar/peer':>12s}"
+                                                         if peer else "")
+    print(header)
+    for name, t in times.items():
+        line = f"{name:18s}{1e3 * t:10.2f}{100 * t / times['update']:7.1f}%"
+        if peer:
+            p = peer["ms"][name.replace(" ", "_")]
+            line += f"{p:12.2f}{100 * p / peer['ms']['update']:7.1f}%{1e3 * t / p:12.2f}" if p > 0 else f"{p:12.2f}"
+        print(line)
+    print(f"rlpar: {config.batch_size / times['update']:,.0f} env steps/s" +
+          (f"; {args.peer}: {config.batch_size / peer['ms']['update'] * 1e3:,.0f}; rlpar is "
+           f"{peer['ms']['update'] / (1e3 * times['update']):.2f}x as fast" if peer else ""))
     print(f"FLOPs per update: {steps} grad steps {grad_flops / 1e9:.2f} G, acting {act_flops / 1e9:.3f} G; achieved: "
-          f"grad steps {grad_flops / t_grads / 1e9:.1f} GFLOP/s, whole update {(grad_flops + act_flops) / t_update / 1e9:.1f} "
-          f"GFLOP/s; float32 matmul {size}^3 here: {peak:.1f} GFLOP/s (grad steps at {100 * grad_flops / t_grads / 1e9 / peak:.0f}% of it)")
+          f"whole update {(grad_flops + act_flops) / times['update'] / 1e9:.1f} GFLOP/s; float32 matmul {size}^3 here: "
+          f"{peak:.1f} GFLOP/s (update at {100 * (grad_flops + act_flops) / times['update'] / 1e9 / peak:.0f}% of it)")
+    for label, found in (("rlpar", kinds), (args.peer, peer and {k: tuple(v) for k, v in peer["kernels"].items()})):
+        if found:
+            print(f"{label}: kernels of one update by kind (share of traced time, count)")
+            for line in thunks.table(found):
+                print("  " + line)
     return 0
 
 
