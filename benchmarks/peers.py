@@ -342,6 +342,12 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", action="store_true", help="rejax ppo: time one update's pieces (profile_update.py)")
 
 
+def peer_xla_flags(flags: str) -> str:
+    """The XLA flags a peer runs with: the caller's (``--xla_cpu_max_isa=AVX2`` must reach both programs of a
+    side-by-side run) less the fake-device count, since every peer trains on one device."""
+    return " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
+
+
 def run_peer(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
     """Run ``peer`` in its venv; returns its JSON record, or None (with a message) if it is not installed or fails."""
     if not installed(peer):
@@ -349,6 +355,9 @@ def run_peer(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
         return None
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
     env["JAX_PLATFORMS"] = "cpu"
+    flags = peer_xla_flags(os.environ.get("XLA_FLAGS", ""))
+    if flags:
+        env["XLA_FLAGS"] = flags
     cmd = [str(venv_python(peer)), str(Path(__file__).resolve()), "--inside", peer, *argv]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)

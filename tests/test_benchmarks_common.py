@@ -52,3 +52,13 @@ def test_rows_say_which_row_has_started_and_how_many_there_are(capsys, monkeypat
     assert captured.out == "" and len(lines) == 2  # stdout keeps the JSON results
     assert lines[0].startswith("[learning] row 1/2: CartPole-v1, rlpar ppo (") and lines[0].endswith("s so far)")
     assert lines[1].startswith("[learning] row 2/2: CartPole-v1, rejax (")
+
+
+def test_peers_keep_the_callers_xla_flags_but_not_the_fake_device_count():
+    spec = importlib.util.spec_from_file_location("benchmarks_peers", _path.parent / "peers.py")
+    peers = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(peers)
+
+    flags = "--xla_cpu_max_isa=AVX2 --xla_force_host_platform_device_count=4 --xla_cpu_enable_fast_math=false"
+    assert peers.peer_xla_flags(flags) == "--xla_cpu_max_isa=AVX2 --xla_cpu_enable_fast_math=false"
+    assert peers.peer_xla_flags("") == ""
