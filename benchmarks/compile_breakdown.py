@@ -2,7 +2,9 @@
 
 For the CartPole preset on one device, this builds the engine's chunk program (``log_every`` updates in a scan,
 as the runner compiles it) and parts of it, with the compilation cache off, and times ``.lower()`` (tracing and
-lowering to StableHLO) and ``.compile()`` (XLA) separately:
+lowering to StableHLO) and ``.compile()`` (XLA) separately, in wall-clock seconds and in the process's CPU seconds for
+both (what the compilation costs whatever else the host runs: on a shared host the wall-clock figures move with the
+load, the CPU seconds much less):
 
 - ``update``: the whole update (collect + learn), the runner's chunk;
 - ``collect``: the collector alone (acting, env steps, deferred valuation of truncated steps);
@@ -68,13 +70,13 @@ def measure(name: str, fn, args, fast: bool) -> dict:
 
 
 def _measure(name: str, fn, args) -> dict:
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     lowered = fn.lower(*args)
     lower_s = time.perf_counter() - start
     start = time.perf_counter()
     compiled = lowered.compile()
     compile_s = time.perf_counter() - start
-    return {"part": name, "lower_s": lower_s, "compile_s": compile_s,
+    return {"part": name, "lower_s": lower_s, "compile_s": compile_s, "cpu_s": time.process_time() - cpu_start,
             "stablehlo_lines": len(lowered.as_text().splitlines()),
             "hlo_lines": len(compiled.as_text().splitlines())}
 
@@ -105,6 +107,7 @@ def main() -> int:
         if record is not None:
             row = {"benchmark": "compile_breakdown", "engine": "rejax", "part": "train", "repeat": repeat,
                    "lower_s": record.get("lower_s"), "compile_s": record["compile_s"] - record.get("lower_s", 0.0),
+                   "cpu_s": record.get("compile_cpu_s"),
                    "stablehlo_lines": record.get("stablehlo_lines"), "hlo_lines": record.get("hlo_lines"),
                    **common.host_fields()}
             rows.append(row)
@@ -116,8 +119,10 @@ def main() -> int:
         label = f"{engine} {part}" + ("" if fast is None else f" ({'fast paths' if fast else 'plain layers'})")
         lower = statistics.median(r["lower_s"] for r in group if r["lower_s"] is not None) if any(
             r["lower_s"] is not None for r in group) else float("nan")
+        cpu = [r["cpu_s"] for r in group if r.get("cpu_s") is not None]
+        cpu_text = f"{statistics.median(cpu):5.2f}s" if cpu else "  n/a"
         print(f"{label:34s} lower {lower:5.2f}s  compile {statistics.median(r['compile_s'] for r in group):5.2f}s  "
-              f"StableHLO {group[0]['stablehlo_lines']} lines, HLO {group[0]['hlo_lines']} lines")
+              f"CPU (lower + compile) {cpu_text}  StableHLO {group[0]['stablehlo_lines']} lines, HLO {group[0]['hlo_lines']} lines")
     return 0
 
 

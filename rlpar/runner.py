@@ -23,8 +23,8 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, population, preemption, program,
-                   program_cache, rollout, rundir, seeds)
+from rlpar import (checkpoint, compile_cache, cpu_paths, episodes, guard, logs, parallel, population, preemption,
+                   program, program_cache, rollout, rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
@@ -507,8 +507,9 @@ def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored)
                                                                                                           groups)
     init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices), groups), devices,
                                 run_config.device_backend, groups)
-    compiled, _ = program_cache.load_or_compile(
-        "init", lambda: init.lower(seed, positions).compile(INIT_COMPILER_OPTIONS), prepared.programs)
+    with cpu_paths.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.cpu_paths)
+        compiled, _ = program_cache.load_or_compile(
+            "init", lambda: init.lower(seed, positions).compile(INIT_COMPILER_OPTIONS), prepared.programs)
     return compiled(seed, positions)
 
 

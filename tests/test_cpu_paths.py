@@ -52,3 +52,20 @@ def test_environment_variable_turns_it_off(monkeypatch):
     assert "while" in compiled().as_text()
     monkeypatch.setenv(cpu_paths.PLAIN_LAYERS_ENV, "0")
     assert "while" not in compiled().as_text()
+
+
+def test_rolled_threefry_is_for_this_thread_only():
+    import threading
+
+    seen = {}
+
+    def other():
+        seen["other"] = compiled().as_text()
+
+    with cpu_paths.rolled_threefry():
+        assert "while" in compiled().as_text()
+        thread = threading.Thread(target=other)
+        thread.start()
+        thread.join()
+    assert "while" not in seen["other"]
+    assert "while" not in compiled().as_text()
