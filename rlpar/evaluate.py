@@ -171,9 +171,10 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
         obs, state, agent_carry, key, done, ret, length = carry
         key, key_act, key_step = jax.random.split(key, 3)
         action, agent_carry = policy.fn(agent_carry, obs, key_act)
-        next_obs, next_state, reward, terminated, truncated, _ = step_envs(
+        next_obs, next_state, reward, terminated, truncated, info = step_envs(
             jax.random.split(key_step, num_episodes), state, action, env_params
         )
+        reward = info.get("unshaped_reward", reward) if isinstance(info, dict) else reward  # a shaped env's own
         running = jnp.logical_not(done)
         ret = ret + jnp.where(running, team_reward(reward), 0.0)  # a team env's [N, A]: the team's sum
         length = length + running.astype(jnp.int32)
