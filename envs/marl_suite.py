@@ -149,7 +149,13 @@ class TeamEnv:
         their counter passes ``max_steps``, one after it; ``None`` without a known limit."""
         return None if self.time_limit is None else self.time_limit + 1
 
-    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualiser where it draws from states alone (MPE) ----
+    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualisers, MPE's from the states, SMAX's replaying the steps ----
+    @property
+    def renders_from_actions(self) -> bool:
+        """Whether ``render_frames`` needs each step's actions and key (SMAX's world ticks several times a step, and
+        JaxMARL's ``SMAXVisualizer`` replays those ticks from them)."""
+        return self._smax is not None
+
     def check_render(self) -> None:
         import importlib.util
 
@@ -157,14 +163,15 @@ class TeamEnv:
             family = _family(self._env)
         except ImportError:
             family = None
-        if family != "mpe":
-            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE envs (through JaxMARL's MPEVisualizer); "
-                             f"{self._name!r} is not one")
+        if family not in ("mpe", "smax"):
+            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE and SMAX envs (through JaxMARL's MPEVisualizer and "
+                             f"SMAXVisualizer); {self._name!r} is neither")
         if importlib.util.find_spec("matplotlib") is None:
             raise ValueError('--gif needs matplotlib: pip install -e ".[extras]" (or pip install matplotlib)')
 
-    def render_frames(self, states: Any, on_frame=None) -> np.ndarray:
-        """``[T, H, W, 3]`` uint8 frames of an MPE episode (``states``: JaxMARL states stacked ``[T, ...]``)."""
+    def render_frames(self, states: Any, on_frame=None, actions=None, keys=None) -> np.ndarray:
+        """``[F, H, W, 3]`` uint8 frames of an episode: ``states`` are JaxMARL states stacked ``[T, ...]``; for SMAX
+        also ``actions [T, A]`` and ``keys [T]`` (what ``step`` was given), one frame per world tick."""
         import contextlib
         import io
 
@@ -172,23 +179,47 @@ class TeamEnv:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
 
         count = int(np.shape(jax.tree.leaves(states)[0])[0])
         sequence = [jax.tree.map(lambda x: np.asarray(x[t]), states) for t in range(count)]
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
-            vis = MPEVisualizer(self._env, sequence)
+        if self._smax is not None:
+            vis = self._smax_visualizer(sequence, actions, keys)
+        else:
+            from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
+                vis = MPEVisualizer(self._env, sequence)
         frames = []
         try:
-            for t in range(count):
+            if self._smax is not None:
+                vis.init()
+            for t in range(len(vis.state_seq)):
                 vis.update(t)
                 vis.fig.canvas.draw()
                 frames.append(np.asarray(vis.fig.canvas.buffer_rgba())[..., :3].copy())
                 if on_frame is not None:
-                    on_frame(t, count)
+                    on_frame(t, len(vis.state_seq))
         finally:
             plt.close(vis.fig)
         return np.stack(frames)
+
+    def _smax_visualizer(self, sequence: list, actions, keys):
+        """JaxMARL's ``SMAXVisualizer`` with its state sequence expanded to world ticks. Its ``expand_state_seq``
+        steps each recorded ``(key, state, actions)`` again: ``EnemySMAX`` splits the key as ``step`` does, plain
+        ``SMAX`` takes ``step_env``'s key, so each is handed the key this adapter gave it."""
+        from jaxmarl.viz.visualizer import SMAXVisualizer
+
+        if actions is None or keys is None:
+            raise ValueError(f"env {self._name!r}: drawing SMAX replays its steps, so it needs each step's actions "
+                             "and key")
+        steps = []
+        for t, state in enumerate(sequence):
+            key_step = jax.random.split(jnp.asarray(keys[t]))[0]
+            key = jnp.asarray(keys[t]) if self._smax is not self._env else key_step
+            steps.append((key, state, {a: jnp.asarray(actions[t][i]) for i, a in enumerate(self.agent_names)}))
+        vis = SMAXVisualizer(self._env, steps)
+        vis.expand_state_seq()
+        return vis
 
     # ---- gymnax's duck-typed interface ----
     @property

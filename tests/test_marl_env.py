@@ -170,3 +170,30 @@ BAD = [
 def test_bad_jaxmarl_names_are_one_line_and_exit_2(argv, says, capsys):
     assert train_cli.main([*argv, "--total-timesteps", "4096"]) == 2
     assert_one_line_error(capsys.readouterr(), says)
+
+
+@pytest.mark.slow  # trains a tiny SMAX run first (about 50 s of compiling), then draws 18 frames
+def test_smax_gif_replays_the_recorded_steps_through_jaxmarls_visualiser(tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    import agents.team
+    from agents.team import TeamConfig
+    from rlpar import evaluate
+
+    config = TeamConfig(num_envs=2, num_steps=4, total_timesteps=2 * 4 * 2, num_minibatches=1, update_epochs=1,
+                        hidden_sizes=(8,))
+    agents.team.train_mappo(config, "marl-HeuristicEnemySMAX@3m", run_dir=str(tmp_path / "run"), eval_every=0,
+                            devices=1)
+    path = tmp_path / "smax.gif"
+    evaluate.check_gif(tmp_path / "run", path)  # SMAX is drawn, no longer refused
+    frames = evaluate.write_gif(tmp_path / "run", path, max_frames=2)
+    env = envs.make("marl-HeuristicEnemySMAX@3m")[0].unwrapped.unwrapped
+    # JaxMARL's EnemySMAX expands each step to its state before the step and one per world tick
+    assert frames == 2 * (1 + env.world_steps_per_env_step)
+    with Image.open(path) as image:
+        assert image.format == "GIF" and image.n_frames > 1
+        first, last = np.asarray(image.convert("RGB")), None
+        image.seek(image.n_frames - 1)
+        last = np.asarray(image.convert("RGB"))
+    assert first.std() > 0 and not np.array_equal(first, last)  # drawn, and the units moved
