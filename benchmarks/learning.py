@@ -21,6 +21,7 @@ actions, 1000-step episode limit).
     python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --peer rejax
     python benchmarks/learning.py --envs Breakout-MinAtar --seeds 1     # 1e7 steps: about half an hour per seed here
     python benchmarks/learning.py --agent ippo --envs marl-MPE_simple_spread_v3 --seeds 3 --budget-scale 0.1
+    python benchmarks/learning.py --agent ippo --envs marl-overcooked --seeds 3 --budget-scale 0.6   # 3e6 steps
 """
 
 from __future__ import annotations
