@@ -149,7 +149,8 @@ class TeamEnv:
         their counter passes ``max_steps``, one after it; ``None`` without a known limit."""
         return None if self.time_limit is None else self.time_limit + 1
 
-    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualisers, MPE's from the states, SMAX's replaying the steps ----
+    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualisers, MPE's and Overcooked's from the states, SMAX's
+    # replaying the steps ----
     @property
     def renders_from_actions(self) -> bool:
         """Whether ``render_frames`` needs each step's actions and key (SMAX's world ticks several times a step, and
@@ -163,9 +164,9 @@ class TeamEnv:
             family = _family(self._env)
         except ImportError:
             family = None
-        if family not in ("mpe", "smax"):
-            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE and SMAX envs (through JaxMARL's MPEVisualizer and "
-                             f"SMAXVisualizer); {self._name!r} is neither")
+        if family not in ("mpe", "smax", "overcooked"):
+            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE, SMAX and Overcooked envs (through JaxMARL's "
+                             f"MPEVisualizer, SMAXVisualizer and OvercookedVisualizer); {self._name!r} is none of them")
         if importlib.util.find_spec("matplotlib") is None:
             raise ValueError('--gif needs matplotlib: pip install -e ".[extras]" (or pip install matplotlib)')
 
@@ -182,6 +183,8 @@ class TeamEnv:
 
         count = int(np.shape(jax.tree.leaves(states)[0])[0])
         sequence = [jax.tree.map(lambda x: np.asarray(x[t]), states) for t in range(count)]
+        if _family(self._env) == "overcooked":
+            return self._overcooked_frames(sequence, on_frame)
         if self._smax is not None:
             vis = self._smax_visualizer(sequence, actions, keys)
         else:
@@ -202,6 +205,22 @@ class TeamEnv:
         finally:
             plt.close(vis.fig)
         return np.stack(frames)
+
+    def _overcooked_frames(self, sequence: list, on_frame=None) -> np.ndarray:
+        """The frames JaxMARL's ``OvercookedVisualizer.animate`` draws: each state's grid, without the padding the
+        env keeps around it (``agent_view_size - 2`` cells a side), through its grid renderer."""
+        from jaxmarl.viz.overcooked_visualizer import TILE_PIXELS, OvercookedVisualizer
+
+        pad = self._env.agent_view_size - 2
+        frames = []
+        for t, state in enumerate(sequence):
+            grid = np.asarray(state.maze_map[pad:-pad, pad:-pad, :])
+            frames.append(OvercookedVisualizer._render_grid(grid, tile_size=TILE_PIXELS, highlight_mask=None,
+                                                            agent_dir_idx=state.agent_dir_idx,
+                                                            agent_inv=state.agent_inv))
+            if on_frame is not None:
+                on_frame(t, len(sequence))
+        return np.stack(frames).astype(np.uint8)
 
     def _smax_visualizer(self, sequence: list, actions, keys):
         """JaxMARL's ``SMAXVisualizer`` with its state sequence expanded to world ticks. Its ``expand_state_seq``

@@ -197,3 +197,20 @@ def test_smax_gif_replays_the_recorded_steps_through_jaxmarls_visualiser(tmp_pat
         image.seek(image.n_frames - 1)
         last = np.asarray(image.convert("RGB"))
     assert first.std() > 0 and not np.array_equal(first, last)  # drawn, and the units moved
+
+
+def test_overcooked_frames_through_jaxmarls_grid_renderer():
+    pytest.importorskip("matplotlib")
+    env, env_params = envs.make("marl-overcooked")
+    team = env.unwrapped
+    team.check_render()  # drawn, not refused
+    _, start = env.reset(jax.random.PRNGKey(0), env_params)
+    # both agents move right (action 1) for 2 steps: the states before each step, stacked [3, ...]
+    states, state, step = [start.env_state.env_state], start, jax.jit(env.step)
+    for t in range(2):
+        _, state, *_ = step(jax.random.PRNGKey(t), state, jnp.ones(2, jnp.int32), env_params)
+        states.append(state.env_state.env_state)
+    frames = team.render_frames(jax.tree.map(lambda *x: jnp.stack(x), *states))
+    # cramped_room's 5 x 4 cells and a ring of one cell around them, 32 pixels a cell
+    assert frames.shape == (3, 6 * 32, 7 * 32, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert not np.array_equal(frames[0], frames[-1])  # the agents moved
