@@ -23,6 +23,14 @@ limit is known (MPE, SMAX, Overcooked: ``state.step`` against ``env.max_steps``;
 ``truncated`` (bootstrapped) unless it also ended on its own (SMAX: one side wiped out), which is ``terminated``.
 For other envs every end is ``terminated``. Episode metrics (``info["episode_metrics"]``): each agent's return as
 ``agent_NAME_return`` and, for SMAX, ``won`` (every enemy dead and some ally alive when the episode ended).
+
+Reward shaping (``reward_shaping_horizon=H``, env steps of each env; Overcooked, or any env whose ``step_env``
+gives ``info["shaped_reward"]`` per agent): the reward returned for learning is the env's reward plus its shaped
+reward weighted by ``max(0, 1 - k / H)``, ``k`` the steps this env has taken since its first reset (the count lives
+in the env state, so it survives episodes, checkpoints and resumes). The env's own reward goes to
+``info["unshaped_reward"]``, which the episode statistics and evaluations count: ``episode_return`` stays the
+env's true (sparse) return. JaxMARL's IPPO anneals the same way over its ``REW_SHAPING_HORIZON`` of team steps
+summed over envs, its weight held for each update: ``H`` here is that horizon divided by the number of envs.
 """
 
 from __future__ import annotations
@@ -78,7 +86,8 @@ class TeamObservation:
 @struct.dataclass
 class TeamState:
     env_state: Any  # the JaxMARL env's own state
-    agent_returns: jax.Array  # [A] float32 each agent's return in the current episode so far
+    agent_returns: jax.Array  # [A] float32 each agent's return in the current episode so far (the env's reward)
+    steps_taken: jax.Array  # int32 steps this env has taken since its first reset (the reward shaping's clock)
 
 
 class TeamActionSpace:
@@ -112,12 +121,13 @@ class TeamEnv:
     ``world_state_size`` (``W``), ``num_actions`` (``n``), ``has_action_masks``, ``time_limit``.
     """
 
-    def __init__(self, env: Any, name: str | None = None):
+    def __init__(self, env: Any, name: str | None = None, reward_shaping_horizon: int = 0):
         self._env = env
         self.agent_names = tuple(env.agents)
         self.num_agents = len(self.agent_names)
         self._name = name or getattr(env, "name", type(env).__name__)
         obs0, state0 = jax.eval_shape(env.reset, jax.ShapeDtypeStruct((2,), jnp.uint32))
+        self.reward_shaping_horizon = _shaping_horizon(self._name, env, state0, reward_shaping_horizon)
         self._obs_sizes = [_flat_size(obs0[a]) for a in self.agent_names]  # what reset gives, whatever the spaces say
         self.obs_size = max(self._obs_sizes)
         action_spaces = [env.action_space(a) for a in self.agent_names]
@@ -139,7 +149,14 @@ class TeamEnv:
         their counter passes ``max_steps``, one after it; ``None`` without a known limit."""
         return None if self.time_limit is None else self.time_limit + 1
 
-    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualiser where it draws from states alone (MPE) ----
+    # ---- GIFs (rlpar.evaluate --gif): JaxMARL's own visualisers, MPE's and Overcooked's from the states, SMAX's
+    # replaying the steps ----
+    @property
+    def renders_from_actions(self) -> bool:
+        """Whether ``render_frames`` needs each step's actions and key (SMAX's world ticks several times a step, and
+        JaxMARL's ``SMAXVisualizer`` replays those ticks from them)."""
+        return self._smax is not None
+
     def check_render(self) -> None:
         import importlib.util
 
@@ -147,14 +164,15 @@ class TeamEnv:
             family = _family(self._env)
         except ImportError:
             family = None
-        if family != "mpe":
-            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE envs (through JaxMARL's MPEVisualizer); "
-                             f"{self._name!r} is not one")
+        if family not in ("mpe", "smax", "overcooked"):
+            raise ValueError(f"--gif: rlpar draws JaxMARL's MPE, SMAX and Overcooked envs (through JaxMARL's "
+                             f"MPEVisualizer, SMAXVisualizer and OvercookedVisualizer); {self._name!r} is none of them")
         if importlib.util.find_spec("matplotlib") is None:
             raise ValueError('--gif needs matplotlib: pip install -e ".[extras]" (or pip install matplotlib)')
 
-    def render_frames(self, states: Any, on_frame=None) -> np.ndarray:
-        """``[T, H, W, 3]`` uint8 frames of an MPE episode (``states``: JaxMARL states stacked ``[T, ...]``)."""
+    def render_frames(self, states: Any, on_frame=None, actions=None, keys=None) -> np.ndarray:
+        """``[F, H, W, 3]`` uint8 frames of an episode: ``states`` are JaxMARL states stacked ``[T, ...]``; for SMAX
+        also ``actions [T, A]`` and ``keys [T]`` (what ``step`` was given), one frame per world tick."""
         import contextlib
         import io
 
@@ -162,23 +180,65 @@ class TeamEnv:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
 
         count = int(np.shape(jax.tree.leaves(states)[0])[0])
         sequence = [jax.tree.map(lambda x: np.asarray(x[t]), states) for t in range(count)]
-        with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
-            vis = MPEVisualizer(self._env, sequence)
+        if _family(self._env) == "overcooked":
+            return self._overcooked_frames(sequence, on_frame)
+        if self._smax is not None:
+            vis = self._smax_visualizer(sequence, actions, keys)
+        else:
+            from jaxmarl.environments.mpe.mpe_visualizer import MPEVisualizer
+
+            with contextlib.redirect_stdout(io.StringIO()):  # it prints whether agents communicate
+                vis = MPEVisualizer(self._env, sequence)
         frames = []
         try:
-            for t in range(count):
+            if self._smax is not None:
+                vis.init()
+            for t in range(len(vis.state_seq)):
                 vis.update(t)
                 vis.fig.canvas.draw()
                 frames.append(np.asarray(vis.fig.canvas.buffer_rgba())[..., :3].copy())
                 if on_frame is not None:
-                    on_frame(t, count)
+                    on_frame(t, len(vis.state_seq))
         finally:
             plt.close(vis.fig)
         return np.stack(frames)
+
+    def _overcooked_frames(self, sequence: list, on_frame=None) -> np.ndarray:
+        """The frames JaxMARL's ``OvercookedVisualizer.animate`` draws: each state's grid, without the padding the
+        env keeps around it (``agent_view_size - 2`` cells a side), through its grid renderer."""
+        from jaxmarl.viz.overcooked_visualizer import TILE_PIXELS, OvercookedVisualizer
+
+        pad = self._env.agent_view_size - 2
+        frames = []
+        for t, state in enumerate(sequence):
+            grid = np.asarray(state.maze_map[pad:-pad, pad:-pad, :])
+            frames.append(OvercookedVisualizer._render_grid(grid, tile_size=TILE_PIXELS, highlight_mask=None,
+                                                            agent_dir_idx=state.agent_dir_idx,
+                                                            agent_inv=state.agent_inv))
+            if on_frame is not None:
+                on_frame(t, len(sequence))
+        return np.stack(frames).astype(np.uint8)
+
+    def _smax_visualizer(self, sequence: list, actions, keys):
+        """JaxMARL's ``SMAXVisualizer`` with its state sequence expanded to world ticks. Its ``expand_state_seq``
+        steps each recorded ``(key, state, actions)`` again: ``EnemySMAX`` splits the key as ``step`` does, plain
+        ``SMAX`` takes ``step_env``'s key, so each is handed the key this adapter gave it."""
+        from jaxmarl.viz.visualizer import SMAXVisualizer
+
+        if actions is None or keys is None:
+            raise ValueError(f"env {self._name!r}: drawing SMAX replays its steps, so it needs each step's actions "
+                             "and key")
+        steps = []
+        for t, state in enumerate(sequence):
+            key_step = jax.random.split(jnp.asarray(keys[t]))[0]
+            key = jnp.asarray(keys[t]) if self._smax is not self._env else key_step
+            steps.append((key, state, {a: jnp.asarray(actions[t][i]) for i, a in enumerate(self.agent_names)}))
+        vis = SMAXVisualizer(self._env, steps)
+        vis.expand_state_seq()
+        return vis
 
     # ---- gymnax's duck-typed interface ----
     @property
@@ -206,16 +266,17 @@ class TeamEnv:
 
     def reset(self, key: jax.Array, params=None) -> tuple[TeamObservation, TeamState]:
         obs, env_state = self._env.reset(key)
-        return self._observe(obs, env_state), TeamState(env_state, jnp.zeros(self.num_agents, jnp.float32))
+        return self._observe(obs, env_state), TeamState(env_state, jnp.zeros(self.num_agents, jnp.float32),
+                                                        jnp.int32(0))
 
     def step(self, key: jax.Array, state: TeamState, action: jax.Array, params=None):
         key_step, key_reset = jax.random.split(key)
         actions = {a: action[i] for i, a in enumerate(self.agent_names)}
-        obs_st, env_st, rewards, dones, _ = self._env.step_env(key_step, state.env_state, actions)
+        obs_st, env_st, rewards, dones, env_info = self._env.step_env(key_step, state.env_state, actions)
         done = jnp.asarray(dones["__all__"]).astype(bool)
         truncated = done & self._cut(env_st)
         terminated = done & ~truncated
-        reward = jnp.stack([jnp.asarray(rewards[a], jnp.float32).reshape(()) for a in self.agent_names])
+        reward = self._per_agent(rewards)
         returns = state.agent_returns + reward
         metrics = {f"agent_{a}_return": returns[i] for i, a in enumerate(self.agent_names)}
         if self._smax is not None:
@@ -225,9 +286,17 @@ class TeamEnv:
         pick = lambda re, st: jax.lax.select(done, re, st)
         env_state = jax.tree.map(pick, env_re, env_st)
         obs = jax.tree.map(pick, self._observe(obs_re, env_re), final_obs)
-        state = TeamState(env_state, jnp.where(done, 0.0, returns))
         info = {"final_observation": final_obs, "episode_metrics": metrics}
+        if self.reward_shaping_horizon:
+            info["unshaped_reward"] = reward
+            weight = shaping_weight(state.steps_taken, self.reward_shaping_horizon)
+            reward = reward + weight * self._per_agent(env_info["shaped_reward"])
+        state = TeamState(env_state, jnp.where(done, 0.0, returns), state.steps_taken + 1)
         return obs, state, reward, terminated, truncated, info
+
+    def _per_agent(self, values: dict) -> jax.Array:
+        """``[A]`` float32 from a dict of per-agent scalars."""
+        return jnp.stack([jnp.asarray(values[a], jnp.float32).reshape(()) for a in self.agent_names])
 
     # ---- translation ----
     def _observe(self, obs: dict, env_state: Any) -> TeamObservation:
@@ -257,6 +326,28 @@ class TeamEnv:
         if self._smax is not None:
             at_limit = at_limit & ~_smax_wiped(self._smax, inner)
         return at_limit
+
+
+def shaping_weight(steps_taken: jax.Array, horizon: int) -> jax.Array:
+    """The shaped reward's weight after ``steps_taken`` steps of an env: ``max(0, 1 - steps_taken / horizon)``, 1 at
+    the start, 0 from ``horizon`` steps on (``horizon=4``: 1, 0.75, 0.5, 0.25, 0, 0, ...)."""
+    return jnp.maximum(0.0, 1.0 - steps_taken.astype(jnp.float32) / horizon)
+
+
+def _shaping_horizon(name: str, env: Any, state0: Any, horizon: Any) -> int:
+    """``horizon`` checked: a non-negative int, and positive only for an env whose step gives a shaped reward."""
+    if not isinstance(horizon, (int, np.integer)) or isinstance(horizon, bool) or horizon < 0:
+        raise ValueError(f"env {name!r}: reward_shaping_horizon={horizon!r}; accepted: a whole number of env steps "
+                         ">= 0 (0: no shaping)")
+    if horizon:
+        key = jax.ShapeDtypeStruct((2,), jnp.uint32)
+        actions = {a: jax.ShapeDtypeStruct((), jnp.int32) for a in env.agents}
+        info = jax.eval_shape(env.step_env, key, state0, actions)[-1]
+        if not isinstance(info, dict) or "shaped_reward" not in info:
+            raise ValueError(f"env {name!r}: reward_shaping_horizon={horizon} but its step gives no "
+                             "info['shaped_reward']; accepted: 0 (no shaping), or an env with a shaped reward "
+                             "(marl-overcooked)")
+    return int(horizon)
 
 
 # ---- what the adapter knows about JaxMARL's families ----
@@ -339,7 +430,8 @@ def make(env_id: str, **env_kwargs) -> tuple[TeamEnv, None]:
     scenario = env_kwargs.pop("scenario", None) or map_name or None
     if scenario is not None:
         env_kwargs["scenario"] = _scenario(env_id, name, scenario)
-    return TeamEnv(jaxmarl.make(name, **env_kwargs), name=env_id), None
+    horizon = env_kwargs.pop("reward_shaping_horizon", 0)
+    return TeamEnv(jaxmarl.make(name, **env_kwargs), name=env_id, reward_shaping_horizon=horizon), None
 
 
 def _scenario(env_id: str, name: str, scenario: Any) -> Any:

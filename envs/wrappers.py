@@ -188,7 +188,9 @@ class EpisodeStatistics(Wrapper):
     so the finished episodes of a batch are ``info["episode_return"][info["episode_done"]]``.
 
     A reward with axes of its own (a team env's ``[A]``, one per agent: ``envs.marl_suite``) counts as its sum:
-    ``episode_return`` is the team's summed reward. A scalar reward is its own sum, bit for bit.
+    ``episode_return`` is the team's summed reward. A scalar reward is its own sum, bit for bit. Where the env
+    shapes the reward it returns for learning and gives its own as ``info["unshaped_reward"]`` (``envs.marl_suite``'s
+    reward shaping), that one counts.
     """
 
     def reset(self, key, params=None):
@@ -200,7 +202,8 @@ class EpisodeStatistics(Wrapper):
             key, state.env_state, action, params
         )
         done = jnp.logical_or(terminated, truncated)
-        episode_return = state.episode_return + jnp.sum(jnp.asarray(reward, jnp.float32))
+        counted = info.get("unshaped_reward", reward) if isinstance(info, Mapping) else reward
+        episode_return = state.episode_return + jnp.sum(jnp.asarray(counted, jnp.float32))
         episode_length = state.episode_length + 1
         info = {
             **info,

@@ -62,7 +62,8 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
     def body(policy_fn, loop: _Loop) -> _Loop:
         keys = jax.random.split(loop.key, 2 + num_episodes)  # next, acting, one per environment: one split
         action, carry = policy_fn(loop.carry, loop.obs, keys[1])
-        obs, env_state, reward, terminated, truncated, _ = step_envs(keys[2:], loop.env_state, action, env_params)
+        obs, env_state, reward, terminated, truncated, info = step_envs(keys[2:], loop.env_state, action, env_params)
+        reward = info.get("unshaped_reward", reward) if isinstance(info, dict) else reward  # a shaped env's own
         running = jnp.logical_not(loop.ended)
         return _Loop(
             t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=keys[0],

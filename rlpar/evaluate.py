@@ -5,7 +5,8 @@ export, ``Agent.policy(state, deterministic=True)``: any agent, recurrent ones i
 parallel on one device, until every episode has ended) and prints the mean and standard deviation of their
 undiscounted returns. A multi-seed or sweep run is evaluated slot by slot (``--slot I``: one of them).
 ``--gif FILE`` also renders the first episode: with gymnax's visualizer, or for the suites (Craftax, brax) with
-the suite's own renderer, which the env adapter provides as ``render_frames`` (at most ``SUITE_GIF_FRAMES``).
+the suite's own renderer, which the env adapter provides as ``render_frames`` (at most ``SUITE_GIF_FRAMES``
+steps; an adapter whose ``renders_from_actions`` is true, JaxMARL's SMAX, also gets each step's actions and keys).
 Each step that can take a while (restoring the checkpoint, compiling and running the episodes, drawing the GIF's
 frames) says what it is doing on stdout, as ``python -m rlpar.train`` does, and, where the amount is known, how far it
 has got; stderr carries only a one-line error. From Python, pass ``say=print`` (or any ``str -> None``) to
@@ -154,10 +155,19 @@ def _make_env(meta: dict):
     return envs.make(env_id)
 
 
+class Step(NamedTuple):
+    """One recorded step of ``make_episodes``; leaves ``[T, N, ...]`` when stacked."""
+
+    state: Any  # the engine env's state the action was taken in
+    reward: Any  # [N] or [N, A] the step's reward
+    action: Any  # [N, ...] the greedy action
+    key: Any  # [N] the key each env's step was given (a replay of the step needs it: JaxMARL's SMAX renderer)
+
+
 def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps: int, record: bool = True):
-    """``episodes(key) -> (returns [N], lengths [N], done [N], (states, rewards) [T, N, ...])``: ``N`` greedy
-    episodes stepped ``T = max_steps`` times in one ``lax.scan``; each env's first episode counts (later ones, after
-    the auto-reset, are ignored). ``states[t]`` is the state the action of step ``t`` was taken in. With
+    """``episodes(key) -> (returns [N], lengths [N], done [N], Step [T, N, ...])``: ``N`` greedy episodes stepped
+    ``T = max_steps`` times in one ``lax.scan``; each env's first episode counts (later ones, after the auto-reset,
+    are ignored). ``Step.state[t]`` is the state the action of step ``t`` was taken in. With
     ``record=False`` the last output is ``None`` (no ``[T, N]`` copy of the states, which for Craftax's 10,000-step
     limit would not fit in memory)."""
     import jax
@@ -171,14 +181,15 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
         obs, state, agent_carry, key, done, ret, length = carry
         key, key_act, key_step = jax.random.split(key, 3)
         action, agent_carry = policy.fn(agent_carry, obs, key_act)
-        next_obs, next_state, reward, terminated, truncated, _ = step_envs(
-            jax.random.split(key_step, num_episodes), state, action, env_params
-        )
+        keys_step = jax.random.split(key_step, num_episodes)
+        next_obs, next_state, reward, terminated, truncated, info = step_envs(keys_step, state, action, env_params)
+        reward = info.get("unshaped_reward", reward) if isinstance(info, dict) else reward  # a shaped env's own
         running = jnp.logical_not(done)
         ret = ret + jnp.where(running, team_reward(reward), 0.0)  # a team env's [N, A]: the team's sum
         length = length + running.astype(jnp.int32)
         done = done | terminated | truncated
-        return (next_obs, next_state, agent_carry, key, done, ret, length), (state, reward) if record else None
+        recorded = Step(state, reward, action, keys_step) if record else None
+        return (next_obs, next_state, agent_carry, key, done, ret, length), recorded
 
     def episodes(key):
         key, key_reset = jax.random.split(key)
@@ -268,15 +279,20 @@ def write_gif(run_dir: str | Path, path: str | Path, seed: int = 0, max_frames: 
     run = make_episodes(policy, env, env_params, 1, max_steps)
     say(f"compiling and running the episode to draw (at most {max_steps} steps) ...")
     start = time.perf_counter()
-    _, lengths, _, (states, rewards) = jax.device_get(run(jax.random.PRNGKey(seed)))
+    _, lengths, _, steps = jax.device_get(run(jax.random.PRNGKey(seed)))
     frames = min(int(lengths[0]), max_steps) if max_frames is None else min(int(lengths[0]), max_frames)
     say(f"ran it in {time.perf_counter() - start:.1f}s; drawing {frames} frames into {path} ...")
     if hasattr(drawer, "render_frames"):
-        episode = _unwrap_state(jax.tree.map(lambda x: x[:frames, 0], states))
-        _write_frames(drawer.render_frames(episode, on_frame), path)
-        return frames
-    gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], states)) for t in range(frames)]
-    _animate(drawer, env_params, gymnax_states, np.cumsum(rewards[:frames, 0]), path, on_frame)  # single-agent
+        episode = jax.tree.map(lambda x: x[:frames, 0], steps)
+        states = _unwrap_state(episode.state)
+        if getattr(drawer, "renders_from_actions", False):  # replays the steps (JaxMARL's SMAX)
+            drawn = drawer.render_frames(states, on_frame, actions=episode.action, keys=episode.key)
+        else:
+            drawn = drawer.render_frames(states, on_frame)
+        _write_frames(drawn, path)
+        return len(drawn)
+    gymnax_states = [_unwrap_state(jax.tree.map(lambda x: x[t, 0], steps.state)) for t in range(frames)]
+    _animate(drawer, env_params, gymnax_states, np.cumsum(steps.reward[:frames, 0]), path, on_frame)  # single-agent
     return frames
 
 

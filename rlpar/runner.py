@@ -361,8 +361,9 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     slots = make_slots(run_config, config, group_size)
     pbt = run_config.pbt_settings(config.num_updates)
     from_id = env is None
+    env_kwargs = {**config_env_kwargs(config), **(env_kwargs or {})}
     if env is None:
-        env, env_params = envs.make(run_config.env, **(env_kwargs or {}))
+        env, env_params = envs.make(run_config.env, **env_kwargs)
     else:
         env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // group_size if run_config.eval_interval(config.num_updates) else 0
@@ -375,6 +376,13 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         meta["slots"] = slots.describe()
     description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
     return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+
+
+def config_env_kwargs(config) -> dict:
+    """The keyword arguments an agent's config asks its env id to be made with (its ``env_kwargs()``, if it has one:
+    the team agents' reward shaping); ``{}`` otherwise."""
+    method = getattr(config, "env_kwargs", None)
+    return dict(method()) if callable(method) else {}
 
 
 def make_slots(run_config: RunConfig, config, num_devices: int) -> seeds.Slots:

@@ -97,9 +97,10 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
     from rlpar import parallel
 
-    from rlpar.runner import check_agent, make_slots
+    from rlpar.runner import check_agent, config_env_kwargs, make_slots
 
-    env, env_params = envs.make(run_config.env)  # unknown env id: a clear error before anything compiles
+    # unknown env id, or options it cannot take: a clear error before anything compiles
+    env, env_params = envs.make(run_config.env, **config_env_kwargs(config))
     devices = parallel.select_devices(run_config.devices)
     config.validate(len(devices))
     run_config.validate_devices(len(devices))

@@ -1,8 +1,9 @@
-"""One process of a multi-process PPO run, for tests/test_distributed.py (which starts two of these).
+"""One process of a multi-process run, for tests/test_distributed.py (which starts two of these).
 
-usage: python tests/distributed_worker.py OUT_FILE [python -m rlpar.train ppo flags]
+usage: python tests/distributed_worker.py OUT_FILE [--agent NAME] [python -m rlpar.train NAME flags]
 
-Takes the same flags as the CLI (``--coordinator``, ``--num-processes``, ``--process-id``, ...), trains with
+``NAME`` is one of rlpar's agents (default ``ppo``). Takes the same flags as the CLI (``--coordinator``,
+``--num-processes``, ``--process-id``, ...), trains with
 ``rlpar.runner.run`` and saves what the test compares into ``OUT_FILE`` (an ``.npz``):
 
 - ``param:<tree path>``: the final parameters, one array per leaf;
@@ -18,18 +19,20 @@ import sys
 
 def main(argv: list[str]) -> int:
     out_file, flags = argv[0], argv[1:]
-    from rlpar import cli, train
+    agent_name = "ppo"
+    if flags[:1] == ["--agent"]:
+        agent_name, flags = flags[1], flags[2:]
+    from rlpar import cli, registry, train
 
     train.start_devices(flags)  # CPU devices and jax.distributed, before anything starts JAX's backends
 
     import jax
     import numpy as np
 
-    import agents
     from rlpar import parallel
     from rlpar.runner import RunConfig, run
 
-    spec = agents.ppo.SPEC
+    spec = registry.get(agent_name)
     parser = argparse.ArgumentParser()
     cli.add_dataclass_flags(parser, RunConfig, "run")
     cli.add_dataclass_flags(parser, spec.config_cls, spec.name)

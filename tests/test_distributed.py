@@ -20,7 +20,9 @@ import numpy as np
 import pytest
 
 import agents
+import agents.team
 from agents.ppo import PPOConfig
+from agents.team import TeamConfig
 from rlpar import checkpoint, cli, parallel, rundir
 from rlpar import train as train_cli
 from rlpar.runner import RunConfig, run
@@ -127,6 +129,50 @@ def test_two_processes_equal_one_process_with_four_devices(tmp_path):
     # Both processes were given one run dir: process 0 wrote the logs and the final checkpoint into it.
     assert len((tmp_path / "run" / rundir.METRICS).read_text().splitlines()) == 1
     assert checkpoint.Checkpoints(tmp_path / "run" / rundir.CHECKPOINTS).committed_steps() == [4]
+
+
+# ippo on the team probe (pure JAX: no jaxmarl, a quick compile); agent ids as input, so the shared network's
+# output differs per agent and its parameters move from their initialisation on a constant observation.
+TEAM_CONFIG = TeamConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 4, num_minibatches=2, update_epochs=2,
+                         hidden_sizes=(16, 16), agent_id=True)
+TEAM_ENV = "envs.team_probes:Coordinate"
+
+
+def test_two_processes_train_a_team_as_one_process_with_four_devices(tmp_path):
+    # The agent axis rides along everything the single-agent run above checks: the same parameters on every device
+    # of every process, and the same as one process with the same 4 global devices.
+    port = _free_port()
+    processes = {
+        f"process{i}": _start(
+            [sys.executable, str(WORKER), str(tmp_path / f"process{i}.npz"), "--agent", "ippo", "--env", TEAM_ENV,
+             "--log-every", str(LOG_EVERY), "--run-dir", str(tmp_path / "run"),
+             *_process_flags(port, i, heartbeat_timeout_s=30), *_config_flags(TEAM_CONFIG)],
+            tmp_path, f"process{i}")
+        for i in range(2)
+    }
+    deadline = time.monotonic() + PROCESS_DEADLINE_S
+    try:
+        reference = run(agents.team.IPPO_SPEC, TEAM_CONFIG, RunConfig(env=TEAM_ENV, devices=4, log_every=LOG_EVERY))
+    finally:
+        _wait_all(processes, tmp_path, deadline)
+    for name, proc in processes.items():
+        assert proc.returncode == 0, f"{name} failed:\n{_output(tmp_path, name)}"
+    outs = [np.load(tmp_path / f"process{i}.npz") for i in range(2)]
+    for i, out in enumerate(outs):
+        assert int(out["process_count"]) == 2 and int(out["global_devices"]) == 4
+        assert bool(out["replicas_identical"]), f"process {i}: its two devices hold different params"
+    expected = {f"param:{jax.tree_util.keystr(path)}": leaf
+                for path, leaf in jax.tree_util.tree_leaves_with_path(reference.params)}
+    names = sorted(n for n in outs[0].files if n.startswith("param:"))
+    assert names == sorted(expected)
+    for name in names:
+        np.testing.assert_array_equal(outs[0][name], outs[1][name], err_msg=f"{name} differs between processes")
+        np.testing.assert_allclose(outs[0][name], expected[name], atol=1e-5, rtol=0, err_msg=name)
+    biases = [name for name in names if "bias" in name]  # initialised to zero: nonzero once trained
+    assert biases and any(np.any(outs[0][name] != 0) for name in biases), "the parameters never moved"
+    # process 0 logged the team's episodes: 2 agents, 1 step each, so a team return of at most 2
+    record = json.loads((tmp_path / "run" / rundir.METRICS).read_text().splitlines()[-1])
+    assert record["episodes"] > 0 and 0.0 <= record["episode_return"] <= 2.0
 
 
 def test_a_run_dir_that_not_every_process_sees_is_refused_before_compiling(tmp_path):

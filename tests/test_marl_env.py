@@ -82,6 +82,76 @@ def test_smax_team_wipe_terminates_and_wins_while_its_step_limit_truncates():
     assert terminated[1, 0] and not truncated[1, 0] and info["episode_metrics"]["won"][1, 0] == 1.0
 
 
+class _ShapedProbe:
+    """JaxMARL-style: 2 agents, 3-step episodes; each agent's reward is 1 on an episode's last step, and its shaped
+    reward (``info["shaped_reward"]``, as Overcooked gives it) 2 on every step."""
+
+    agents = ["agent_0", "agent_1"]
+    time_limit = 3
+
+    def observation_space(self, agent):
+        from gymnax.environments import spaces
+
+        return spaces.Box(-1.0, 1.0, (1,), jnp.float32)
+
+    def action_space(self, agent):
+        from gymnax.environments import spaces
+
+        return spaces.Discrete(2)
+
+    def reset(self, key):
+        from envs.team_probes import ProbeState
+
+        return {a: jnp.zeros(1) for a in self.agents}, ProbeState(jnp.int32(0))
+
+    def step_env(self, key, state, actions):
+        from envs.team_probes import ProbeState
+
+        state = ProbeState(state.step + 1)
+        done = state.step >= 3
+        obs, _ = self.reset(key)
+        rewards = {a: done.astype(jnp.float32) for a in self.agents}
+        dones = {**{a: done for a in self.agents}, "__all__": done}
+        return obs, state, rewards, dones, {"shaped_reward": {a: jnp.float32(2.0) for a in self.agents}}
+
+
+def test_reward_shaping_anneals_into_the_learning_reward_and_never_into_the_returns():
+    from envs.marl_suite import TeamEnv
+    from rlpar import episodes
+
+    env, env_params = envs.make(TeamEnv(_ShapedProbe(), reward_shaping_horizon=4))
+    _, (_, reward, _, truncated, info) = _rollout(env, env_params, 7)
+    # weight max(0, 1 - k / 4) at the env's k-th step: 1, .75, .5, .25, 0, 0, 0; shaped 2, sparse 1 on steps 3 and 6
+    # learning reward per agent: 0 + 2, 0 + 1.5, 1 + 1, 0 + .5, 0, 1 + 0, 0
+    np.testing.assert_allclose(reward[:, 0], [2.0, 1.5, 2.0, 0.5, 0.0, 1.0, 0.0])
+    np.testing.assert_array_equal(reward[:, 0], reward[:, 1])
+    np.testing.assert_array_equal(info["unshaped_reward"][:, 0], [0, 0, 1, 0, 0, 1, 0])
+    # the reported returns count the env's own reward: 1 per agent, 2 for the team, in both episodes
+    assert truncated[[2, 5]].all()
+    assert info["episode_return"][[2, 5]].tolist() == [2.0, 2.0]
+    assert info["episode_metrics"]["agent_agent_0_return"][[2, 5]].tolist() == [1.0, 1.0]
+    # and so does an evaluation, on fresh envs (where the weight is 1)
+    run = episodes.make_episodes(env, env_params, lambda n: (), 4, 10)
+    greedy = lambda carry, obs, key: (jnp.zeros((4, 2), jnp.int32), carry)
+    assert jax.jit(lambda k: run(greedy, k).returns)(jax.random.PRNGKey(0)).tolist() == [2.0] * 4
+    # off by default: the learning reward is the env's own
+    plain, plain_params = envs.make(TeamEnv(_ShapedProbe()))
+    _, (_, reward, _, _, info) = _rollout(plain, plain_params, 3)
+    assert reward[:, 0].tolist() == [0.0, 0.0, 1.0] and "unshaped_reward" not in info
+
+
+def test_overcooked_preset_shapes_like_jaxmarl_ippo_ff_overcooked():
+    from agents.team import TeamConfig
+
+    config = TeamConfig.for_env("marl-overcooked")
+    assert (config.num_envs, config.num_steps, config.total_timesteps) == (16, 128, 5_000_000)
+    # JaxMARL's REW_SHAPING_HORIZON counts team steps over all 16 envs: 2.5e6 / 16 steps of each env
+    assert config.env_kwargs() == {"reward_shaping_horizon": 156_250}
+    assert TeamConfig.for_env("marl-MPE_simple_spread_v3").env_kwargs() == {}
+    env, _ = envs.make("marl-overcooked", **config.env_kwargs())
+    assert env.unwrapped.reward_shaping_horizon == 156_250
+
+
 BAD = [
     (["ippo", "--env", "marl-MPE_simple_sprad_v3"],
      ["unknown JaxMARL env", "Did you mean 'marl-MPE_simple_spread_v3'"]),
@@ -89,6 +159,10 @@ BAD = [
     (["ippo", "--env", "marl-MPE_simple_spread_v3@3m"], ["only taken by the SMAX envs"]),
     (["ppo", "--env", "marl-MPE_simple_spread_v3"], ["ppo takes single-agent envs", "3 agents"]),
     (["mappo", "--env", "marl-MPE_simple_spread_v3", "--action-mask", "on"], ["has none"]),
+    (["ippo", "--env", "marl-MPE_simple_spread_v3", "--reward-shaping-horizon", "1000"],
+     ["reward_shaping_horizon=", "no info['shaped_reward']", "marl-overcooked"]),
+    (["ippo", "--env", "marl-overcooked", "--reward-shaping-horizon", "-5"],
+     ["reward_shaping_horizon=-5", ">= 0"]),
 ]
 
 
@@ -96,3 +170,47 @@ BAD = [
 def test_bad_jaxmarl_names_are_one_line_and_exit_2(argv, says, capsys):
     assert train_cli.main([*argv, "--total-timesteps", "4096"]) == 2
     assert_one_line_error(capsys.readouterr(), says)
+
+
+@pytest.mark.slow  # trains a tiny SMAX run first (about 50 s of compiling), then draws 18 frames
+def test_smax_gif_replays_the_recorded_steps_through_jaxmarls_visualiser(tmp_path):
+    pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    import agents.team
+    from agents.team import TeamConfig
+    from rlpar import evaluate
+
+    config = TeamConfig(num_envs=2, num_steps=4, total_timesteps=2 * 4 * 2, num_minibatches=1, update_epochs=1,
+                        hidden_sizes=(8,))
+    agents.team.train_mappo(config, "marl-HeuristicEnemySMAX@3m", run_dir=str(tmp_path / "run"), eval_every=0,
+                            devices=1)
+    path = tmp_path / "smax.gif"
+    evaluate.check_gif(tmp_path / "run", path)  # SMAX is drawn, no longer refused
+    frames = evaluate.write_gif(tmp_path / "run", path, max_frames=2)
+    env = envs.make("marl-HeuristicEnemySMAX@3m")[0].unwrapped.unwrapped
+    # JaxMARL's EnemySMAX expands each step to its state before the step and one per world tick
+    assert frames == 2 * (1 + env.world_steps_per_env_step)
+    with Image.open(path) as image:
+        assert image.format == "GIF" and image.n_frames > 1
+        first, last = np.asarray(image.convert("RGB")), None
+        image.seek(image.n_frames - 1)
+        last = np.asarray(image.convert("RGB"))
+    assert first.std() > 0 and not np.array_equal(first, last)  # drawn, and the units moved
+
+
+def test_overcooked_frames_through_jaxmarls_grid_renderer():
+    pytest.importorskip("matplotlib")
+    env, env_params = envs.make("marl-overcooked")
+    team = env.unwrapped
+    team.check_render()  # drawn, not refused
+    _, start = env.reset(jax.random.PRNGKey(0), env_params)
+    # both agents move right (action 1) for 2 steps: the states before each step, stacked [3, ...]
+    states, state, step = [start.env_state.env_state], start, jax.jit(env.step)
+    for t in range(2):
+        _, state, *_ = step(jax.random.PRNGKey(t), state, jnp.ones(2, jnp.int32), env_params)
+        states.append(state.env_state.env_state)
+    frames = team.render_frames(jax.tree.map(lambda *x: jnp.stack(x), *states))
+    # cramped_room's 5 x 4 cells and a ring of one cell around them, 32 pixels a cell
+    assert frames.shape == (3, 6 * 32, 7 * 32, 3) and frames.dtype == np.uint8 and frames.std() > 0
+    assert not np.array_equal(frames[0], frames[-1])  # the agents moved

@@ -24,6 +24,11 @@ class TeamConfig(PPOConfig):
     gru_size: int = config_field(0, "0: feed-forward actor and critic; N > 0: a GRU of N units after the first layer "
                                     "of each, its state reset where an episode starts (minibatches then split "
                                     "environments, never time)")
+    reward_shaping_horizon: int = config_field(0, "team steps (summed over envs, as total_timesteps) over which the "
+                                                  "env's shaped reward (Overcooked's) is added to the learning reward,"
+                                                  " its weight annealed linearly from 1 to 0, as JaxMARL's "
+                                                  "REW_SHAPING_HORIZON; the reported returns stay the env's own; "
+                                                  "0: no shaping")
 
     @classmethod
     def for_env(cls, env_id: str) -> "TeamConfig":
@@ -45,5 +50,16 @@ class TeamConfig(PPOConfig):
             raise ValueError(f"num_minibatches={self.num_minibatches} does not divide the environments per device "
                              f"({local_envs}): recurrent minibatches are whole sequences, so use a divisor of "
                              f"{local_envs}")
+        horizon = self.reward_shaping_horizon
+        if not isinstance(horizon, int) or isinstance(horizon, bool) or horizon < 0:
+            raise ValueError(f"reward_shaping_horizon={horizon!r}: must be a whole number of team steps >= 0 "
+                             "(0: no shaping)")
         checks.positive_ints(self, "num_minibatches")
         return self
+
+    def env_kwargs(self) -> dict:
+        """What the env is made with for this config (``rlpar.runner``): the reward shaping's horizon in steps of
+        each env (``reward_shaping_horizon / num_envs``, at least 1), where shaping is on."""
+        if not isinstance(self.reward_shaping_horizon, int) or self.reward_shaping_horizon <= 0:
+            return {}  # off, or refused by validate
+        return {"reward_shaping_horizon": max(1, round(self.reward_shaping_horizon / self.num_envs))}
