@@ -101,11 +101,12 @@ def probe() -> dict:
 
 
 def jax_platforms(found: dict) -> str:
-    """The ``JAX_PLATFORMS`` value that pins every child to the backend found (``gpu`` is an alias JAX expands to
-    every GPU plugin, failing on the absent ones: name the one present)."""
+    """The ``JAX_PLATFORMS`` value that pins every child to the backend found: the accelerator first (the default),
+    the CPU kept beside it for whatever asks for it. ``gpu`` is an alias JAX expands to every GPU plugin, failing on
+    the absent ones, so the one present is named."""
     if found["backend"] != "gpu":
         return found["backend"]
-    return "rocm" if "rocm" in found["platform_version"].lower() else "cuda"
+    return ("rocm" if "rocm" in found["platform_version"].lower() else "cuda") + ",cpu"
 
 
 class Runner:
@@ -150,7 +151,9 @@ class Runner:
 def rejax_flags(env_id: str, num_envs: int, total: int) -> list[str]:
     """rejax's flags for rlpar's preset of ``env_id`` at ``num_envs`` (CartPole's preset is peers.py's defaults)."""
     base = REJAX_CONFIGS["ppo-minatar"][3] if env_id == "Breakout-MinAtar" else ["--env", env_id]
-    return [*base, "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS), "--total-timesteps", str(total)]
+    sized = ("--num-envs", "--num-steps", "--total-timesteps")  # set here: drop the flag and its value from base
+    kept = [flag for i, flag in enumerate(base) if flag not in sized and (i == 0 or base[i - 1] not in sized)]
+    return [*kept, "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS), "--total-timesteps", str(total)]
 
 
 def run_rejax(runner: Runner, what: str, argv: list[str], out: Path, platforms: str) -> None:
@@ -276,7 +279,7 @@ def main(argv=None) -> int:
     for env_id in train_envs:
         out = out_dir / PART_FILES[env_id]
         for num_envs, total_steps, log_every in budget.train[env_id]:
-            what = f"PPO {env_id}, {num_envs} envs, {total_steps:,} steps"
+            what = f"PPO {env_id}, {_envs(num_envs)}, {total_steps:,} steps"
             runner.run(f"{what}, rlpar",
                        [python, str(HERE / "train_sps.py"), "--env", env_id, "--devices", "1", "--num-envs",
                         str(num_envs), "--num-steps", str(NUM_STEPS), "--total-timesteps", str(total_steps),
