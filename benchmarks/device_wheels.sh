@@ -9,7 +9,9 @@ dest=${1:-.whl}
 pyver=${PYVER:-3.12}
 python=${PYTHON:-python3}
 mkdir -p "$dest"
-rm -f "$dest"/*.whl  # exactly the listed set, nothing left from an earlier list
+# Exactly the listed set, nothing left from an earlier list; and none of the folders device_run.sh installs into
+# (.whl/site-*, some 80 MB unpacked), so that .whl/ travels as the wheels alone.
+rm -rf "$dest"/*.whl "$dest"/site-*
 for group in shared rlpar rejax; do  # one call per list: rlpar's and rejax's gymnax differ
   "$python" -m pip download -q --no-deps --only-binary=:all: --python-version "$pyver" --implementation cp \
     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
