@@ -125,7 +125,7 @@ class Runner:
         self.rows.start(what)
         timeout = min(self.budget.row_cap_s, self.left())
         if timeout < 10:
-            say(f"skipped: {self.left():.0f} s of the {self.budget.budget_s:.0f} s budget left")
+            say(f"skipped: {max(self.left(), 0):.0f} s of the {self.budget.budget_s:.0f} s budget left")
             self.skipped.append(f"{what}: out of time")
             return None
         return timeout
