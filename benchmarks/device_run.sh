@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One command for a machine with an accelerator: the collector from 2^10 to 2^17 envs, then PPO on CartPole-v1 and on
-# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar against rejax on the same configs (about 7 minutes on
-# one H200; benchmarks/device_run.py says how the budgets were chosen). JSON lines per part and a summary go to --out.
+# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar against rejax on the same configs (under 8 minutes on
+# one H200 by estimate and by a time guard: benchmarks/device_run.py says how). JSON lines per part and a summary go
+# to --out.
 #
 #   bash benchmarks/device_run.sh [--quick] [--out DIR] [--offline] [--budget-s S]
 #
