@@ -14,6 +14,15 @@ Usage (from the repository root)::
 ``rejax`` and ``sb3`` re-run this file with the peer venv's Python (``--inside``), which imports only the peer's
 packages (never rlpar: its gymnax is incompatible), trains, and prints one JSON result line. This file therefore
 imports nothing but the standard library at the top.
+
+A peer can also run from an interpreter and a package folder of your choosing instead of its venv (a machine without
+the venvs, where the peer's packages were installed with ``pip install --target DIR``)::
+
+    python benchmarks/peers.py rejax --python python3 --site DIR --platforms cuda
+    REJAX_PYTHON=python3 REJAX_SITE=DIR python benchmarks/run_all.py ...     # the same for every script
+
+``--site`` (``<PEER>_SITE``) is the peer's whole ``PYTHONPATH``. The peer runs on JAX's CPU backend unless
+``--platforms`` (``<PEER>_JAX_PLATFORMS``) names another, as ``JAX_PLATFORMS`` does.
 """
 
 from __future__ import annotations
@@ -41,6 +50,11 @@ def venv_python(peer: str) -> Path:
     return PEERS_DIR / f"{peer}-venv" / "bin" / "python"
 
 
+def peer_python(peer: str, python: str | None = None) -> str:
+    """The interpreter that runs ``peer``: ``python`` if given, else ``$<PEER>_PYTHON``, else its venv's."""
+    return python or os.environ.get(f"{peer.upper()}_PYTHON") or str(venv_python(peer))
+
+
 def install(peer: str, jax_version: str | None) -> None:
     """Create ``.peers/<peer>-venv`` (if missing) and pip-install the peer's packages into it."""
     venv = PEERS_DIR / f"{peer}-venv"
@@ -58,8 +72,12 @@ def install(peer: str, jax_version: str | None) -> None:
         raise SystemExit(f"[peers] pip install failed for {peer}")
 
 
-def installed(peer: str) -> bool:
-    return venv_python(peer).exists()
+def installed(peer: str, python: str | None = None) -> bool:
+    """Whether ``peer``'s interpreter exists (a venv's path, or a command on ``PATH`` such as ``python3``)."""
+    import shutil
+
+    chosen = peer_python(peer, python)
+    return Path(chosen).exists() or shutil.which(chosen) is not None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -350,17 +368,24 @@ def peer_xla_flags(flags: str) -> str:
     return " ".join(f for f in flags.split() if not f.startswith("--xla_force_host_platform_device_count"))
 
 
-def run_peer(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
-    """Run ``peer`` in its venv; returns its JSON record, or None (with a message) if it is not installed or fails."""
-    if not installed(peer):
+def run_peer(peer: str, argv: list[str], timeout_s: float = 900, python: str | None = None,
+             site: str | None = None, platforms: str | None = None) -> dict | None:
+    """Run ``peer`` in its venv, or with ``python`` (``$<PEER>_PYTHON``) and ``site`` as its ``PYTHONPATH``
+    (``$<PEER>_SITE``), on JAX's ``platforms`` (``$<PEER>_JAX_PLATFORMS``, else ``cpu``); returns its JSON record,
+    or None (with a message) if it is not installed or fails."""
+    if not installed(peer, python):
         print(f"[peers] {peer} skipped: not installed (python benchmarks/peers.py install)", file=sys.stderr)
         return None
+    name = peer.upper()
+    site = site or os.environ.get(f"{name}_SITE")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
-    env["JAX_PLATFORMS"] = "cpu"
+    if site:
+        env["PYTHONPATH"] = site
+    env["JAX_PLATFORMS"] = platforms or os.environ.get(f"{name}_JAX_PLATFORMS") or "cpu"
     flags = peer_xla_flags(os.environ.get("XLA_FLAGS", ""))
     if flags:
         env["XLA_FLAGS"] = flags
-    cmd = [str(venv_python(peer)), str(Path(__file__).resolve()), "--inside", peer, *argv]
+    cmd = [peer_python(peer, python), str(Path(__file__).resolve()), "--inside", peer, *argv]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -392,13 +417,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("command", choices=["install", "rejax", "sb3"])
     parser.add_argument("--peers", default="rejax,sb3", help="install: which peers")
     parser.add_argument("--jax-version", default=None, help="install: jax version for rejax (default: this venv's)")
+    parser.add_argument("--python", default=None,
+                        help="the peer's interpreter (default: $<PEER>_PYTHON, else its venv)")
+    parser.add_argument("--site", default=None, help="the peer's PYTHONPATH (default: $<PEER>_SITE, else none)")
+    parser.add_argument("--platforms", default=None, help="the peer's JAX_PLATFORMS (default: $<PEER>_JAX_PLATFORMS, "
+                                                          "else cpu)")
     args, rest = parser.parse_known_args(argv)
     if args.command == "install":
         jax_version = args.jax_version or _version("jax")
         for peer in args.peers.split(","):
             install(peer, jax_version)
         return 0
-    record = run_peer(args.command, rest)
+    record = run_peer(args.command, rest, python=args.python, site=args.site, platforms=args.platforms)
     if record is None:
         return 1
     import common  # standard library only; here, not at the top, so the peers' venvs never need it
