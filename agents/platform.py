@@ -1,8 +1,8 @@
 """The one switch between the XLA:CPU fast paths and the plain library layers.
 
 rlpar trains small networks, and on XLA:CPU three workarounds in the agents are measurably faster than the plain
-flax/optax code (figures in ``docs/benchmarks.md``, "Measured history behind the engine's design"), and one in the engine
-(point 4):
+flax/optax code (figures in ``docs/benchmarks.md``, "Measured history behind the engine's design"), and one in the
+engine (point 4):
 
 1. ``agents.layers.Dense``: a matmul whose backward is a ``jax.custom_vjp`` that computes the kernel gradient from an
    explicitly transposed input, because XLA:CPU runs the transposed-operand product autodiff would emit slower.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 import common
-from profile_update import median_seconds
+from thunks import median_seconds
 
 
 def per_step_us(fn, args, steps: int, repeats: int) -> float:

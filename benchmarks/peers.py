@@ -196,18 +196,6 @@ def _rejax_learning(args) -> dict:
             "time_to_target_s": to_target}
 
 
-def _median_seconds(fn, *fn_args, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*fn_args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*fn_args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def _rejax_profile(args) -> dict:
     """One rejax PPO update on the given config split as ``profile_update.py`` splits rlpar's: milliseconds per
     update of the whole ``train_iteration``, the collect, the advantages (last value and GAE), the shuffles (every
@@ -242,12 +230,12 @@ def _rejax_profile(args) -> dict:
     steps = jax.jit(lambda ts: jax.lax.scan(lambda t, mb: (algo.update(t, mb), None), ts, minibatches)[0])
     update = jax.jit(lambda ts: scan(algo.train_iteration, ts))
     parts = {
-        "update": _median_seconds(update, ts, repeats=repeats) / k,
-        "collect": _median_seconds(jax.jit(lambda ts: scan(lambda t: algo.collect_trajectories(t)[0], ts)), ts,
+        "update": thunks.median_seconds(update, ts, repeats=repeats) / k,
+        "collect": thunks.median_seconds(jax.jit(lambda ts: scan(lambda t: algo.collect_trajectories(t)[0], ts)), ts,
                                    repeats=repeats) / k,
-        "advantages": _median_seconds(jax.jit(advantages), ts_after, repeats=repeats),
-        "shuffles": _median_seconds(shuffles, keys, repeats=repeats),
-        "minibatch_steps": _median_seconds(steps, ts, repeats=repeats),
+        "advantages": thunks.median_seconds(jax.jit(advantages), ts_after, repeats=repeats),
+        "shuffles": thunks.median_seconds(shuffles, keys, repeats=repeats),
+        "minibatch_steps": thunks.median_seconds(steps, ts, repeats=repeats),
     }
     parts["rest"] = parts["update"] - sum(v for key, v in parts.items() if key != "update")
     kinds = thunks.by_kind(update, (ts,))

@@ -32,22 +32,9 @@ this backend does on this host: the practical peak).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import common
-
-
-def median_seconds(fn, *args, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(*args))
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+from thunks import median_seconds
 
 
 def main(argv=None) -> int:

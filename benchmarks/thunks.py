@@ -1,4 +1,5 @@
-"""Where a compiled XLA:CPU program's time goes, kernel by kernel: a ``jax.profiler`` trace, summed by kind.
+"""Timing compiled programs: the median of repeated calls, and where an XLA:CPU program's time goes kernel by kernel
+(a ``jax.profiler`` trace, summed by kind).
 
 XLA:CPU runs a program as a sequence of thunks (a fused kernel, a copy, a sort, a loop); its profiler events name
 each (``copy.51``, ``ynn_fusion.8``). ``by_kind`` sums their durations and counts by name with the numeric suffix
@@ -12,7 +13,23 @@ from __future__ import annotations
 import collections
 import glob
 import re
+import statistics
 import tempfile
+import time
+
+
+def median_seconds(fn, *args, repeats: int) -> float:
+    """The median wall-clock seconds of ``repeats`` calls of ``fn(*args)``, each waited for, after one untimed call
+    (compilation)."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def by_kind(fn, args: tuple, calls: int = 3) -> dict[str, tuple[float, float]]:

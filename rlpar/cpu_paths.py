@@ -8,11 +8,11 @@ and key split) on CPU as a ``fori_loop`` over its five key-schedule rounds, to k
 XLA:CPU each iteration of a loop costs a dispatch plus a copy of every loop-carried buffer (about ten copies per
 round here), so one small draw costs tens of kernel calls. A collector draws inside every environment step (the
 policy's sample, the environments' auto-reset), and with few environments per device that loop is a large part of
-the whole update: PPO on CartPole with 8 environments ran about 1.2x faster with the rounds unrolled, bit-identical
-(``docs/benchmarks.md``, "threefry"). With the switch on, ``install()`` (called when ``rlpar`` builds a program, and
-on import of ``agents``) registers, for the CPU platform only, a lowering that emits JAX's own unrolled threefry
-(the one it uses on GPU without the custom kernel) as one outlined function; with the switch off it emits JAX's
-rolled loop. The values are the same either way: threefry is the same function of its inputs.
+the whole update: PPO on CartPole with 8 environments ran about 1.15x faster with the rounds unrolled, bit-identical
+(``docs/benchmarks.md``, "Where a PPO update's time went"). With the switch on, ``install()`` (called when ``rlpar``
+builds a program, and on import of ``agents``) registers, for the CPU platform only, a lowering that emits JAX's own
+unrolled threefry (the one it uses on GPU without the custom kernel) as one outlined function; with the switch off it
+emits JAX's rolled loop. The values are the same either way: threefry is the same function of its inputs.
 
 How to ask, most specific first:
 

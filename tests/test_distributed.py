@@ -91,26 +91,33 @@ def _wait_all(processes: dict[str, subprocess.Popen], log_dir: Path, deadline: f
             f"== {name}\n{_output(log_dir, name)}" for name in processes))
 
 
-def test_two_processes_equal_one_process_with_four_devices(tmp_path):
+def _two_workers_beside_a_reference(tmp_path, worker_flags: list[str], reference):
+    """``tests/distributed_worker.py`` as 2 processes of 2 devices each (one run dir, ``tmp_path / "run"``) with
+    ``worker_flags``; while they run, ``reference()`` (the same run as one process on this test process's 4
+    devices). Fails with their output if a process fails; returns ``(the processes' .npz files, reference())``."""
     port = _free_port()
     processes = {
         f"process{i}": _start(
-            [sys.executable, str(WORKER), str(tmp_path / f"process{i}.npz"), "--env", "CartPole-v1",
+            [sys.executable, str(WORKER), str(tmp_path / f"process{i}.npz"), *worker_flags,
              "--log-every", str(LOG_EVERY), "--run-dir", str(tmp_path / "run"),
-             *_process_flags(port, i, heartbeat_timeout_s=30), *_config_flags(CONFIG)],
+             *_process_flags(port, i, heartbeat_timeout_s=30)],
             tmp_path, f"process{i}")
         for i in range(2)
     }
     deadline = time.monotonic() + PROCESS_DEADLINE_S
     try:
-        # The single-process reference on this test process's 4 devices, while the two processes run.
-        reference = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=LOG_EVERY))
+        expected = reference()
     finally:
         _wait_all(processes, tmp_path, deadline)
     for name, proc in processes.items():
         assert proc.returncode == 0, f"{name} failed:\n{_output(tmp_path, name)}"
+    return [np.load(tmp_path / f"process{i}.npz") for i in range(2)], expected
 
-    outs = [np.load(tmp_path / f"process{i}.npz") for i in range(2)]
+
+def test_two_processes_equal_one_process_with_four_devices(tmp_path):
+    outs, reference = _two_workers_beside_a_reference(
+        tmp_path, ["--env", "CartPole-v1", *_config_flags(CONFIG)],
+        lambda: run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=LOG_EVERY)))
     for i, out in enumerate(outs):
         assert int(out["process_count"]) == 2 and int(out["process_index"]) == i
         assert int(out["global_devices"]) == 4 and int(out["local_devices"]) == 2
@@ -141,23 +148,9 @@ TEAM_ENV = "envs.team_probes:Coordinate"
 def test_two_processes_train_a_team_as_one_process_with_four_devices(tmp_path):
     # The agent axis rides along everything the single-agent run above checks: the same parameters on every device
     # of every process, and the same as one process with the same 4 global devices.
-    port = _free_port()
-    processes = {
-        f"process{i}": _start(
-            [sys.executable, str(WORKER), str(tmp_path / f"process{i}.npz"), "--agent", "ippo", "--env", TEAM_ENV,
-             "--log-every", str(LOG_EVERY), "--run-dir", str(tmp_path / "run"),
-             *_process_flags(port, i, heartbeat_timeout_s=30), *_config_flags(TEAM_CONFIG)],
-            tmp_path, f"process{i}")
-        for i in range(2)
-    }
-    deadline = time.monotonic() + PROCESS_DEADLINE_S
-    try:
-        reference = run(agents.team.IPPO_SPEC, TEAM_CONFIG, RunConfig(env=TEAM_ENV, devices=4, log_every=LOG_EVERY))
-    finally:
-        _wait_all(processes, tmp_path, deadline)
-    for name, proc in processes.items():
-        assert proc.returncode == 0, f"{name} failed:\n{_output(tmp_path, name)}"
-    outs = [np.load(tmp_path / f"process{i}.npz") for i in range(2)]
+    outs, reference = _two_workers_beside_a_reference(
+        tmp_path, ["--agent", "ippo", "--env", TEAM_ENV, *_config_flags(TEAM_CONFIG)],
+        lambda: run(agents.team.IPPO_SPEC, TEAM_CONFIG, RunConfig(env=TEAM_ENV, devices=4, log_every=LOG_EVERY)))
     for i, out in enumerate(outs):
         assert int(out["process_count"]) == 2 and int(out["global_devices"]) == 4
         assert bool(out["replicas_identical"]), f"process {i}: its two devices hold different params"
