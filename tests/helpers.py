@@ -1,5 +1,7 @@
 """Shared test data."""
 
+import signal
+
 import jax
 import jax.numpy as jnp
 
@@ -27,3 +29,12 @@ def assert_one_line_error(captured, says) -> None:
     assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
     for part in says:
         assert part in lines[0], lines[0]
+
+
+def sigint_as_in_a_terminal() -> None:
+    """A child process's ``preexec_fn``: SIGINT back to its default action, as a terminal's foreground job has it.
+
+    A test run started in the background of a non-interactive shell (``python -m pytest &``, nohup) has SIGINT
+    ignored, every child inherits that, and Python then installs no ``KeyboardInterrupt`` handler: a Ctrl-C test would
+    see its signal do nothing (twice so, here, before this was found)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,6 +13,7 @@ import pytest
 
 from rlpar import checkpoint, rundir
 from rlpar.checkpoint import Checkpoints, Position
+from tests.helpers import sigint_as_in_a_terminal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -143,12 +144,13 @@ except KeyboardInterrupt:
 def test_ctrl_c_during_a_save_lets_the_save_finish_then_interrupts(tmp_path):
     # A SIGINT in the middle of orbax's save used to leave its threads running into interpreter shutdown (a
     # RuntimeError traceback) and the checkpoint half written: now the save completes and commits, then Ctrl-C acts.
-    # In a fresh process, as a user's run meets it: inside the whole default test run (and only there) the signal
-    # twice raised nothing, some earlier test having left the process's SIGINT handling changed.
+    # In a fresh process with SIGINT at its default action, as a user's run in a terminal meets it (a test run started
+    # in the background of a shell has SIGINT ignored, and so would this process: tests.helpers).
     script = tmp_path / "ctrl_c_mid_save.py"
     script.write_text(CTRL_C_MID_SAVE)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "checkpoints")], capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)},
+                          preexec_fn=sigint_as_in_a_terminal)
     assert proc.returncode == 0 and "interrupted after the save" in proc.stdout, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     checkpoints = Checkpoints(tmp_path / "checkpoints")

@@ -15,6 +15,7 @@ import pytest
 
 from rlpar import evaluate
 from rlpar import train as train_cli
+from tests.helpers import sigint_as_in_a_terminal
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -109,7 +110,8 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path)
             "--total-timesteps", str(4 * 8 * 4000), "--log-every", "10", "--checkpoint-every", "10",
             "--run-dir", "runs/x"]
     proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_as_in_a_terminal)  # as in a terminal, whatever started the tests
     deadline = time.monotonic() + 240
     while not list((tmp_path / "runs/x/checkpoints").glob("*/rlpar_commit.json")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
