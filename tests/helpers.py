@@ -36,5 +36,5 @@ def sigint_as_in_a_terminal() -> None:
 
     A test run started in the background of a non-interactive shell (``python -m pytest &``, nohup) has SIGINT
     ignored, every child inherits that, and Python then installs no ``KeyboardInterrupt`` handler: a Ctrl-C test would
-    see its signal do nothing (twice so, here, before this was found)."""
+    see its signal do nothing."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
