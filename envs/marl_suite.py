@@ -43,6 +43,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from rlpar.episodes import UNSHAPED_REWARD
+
 PREFIX = "marl-"
 
 
@@ -288,7 +290,7 @@ class TeamEnv:
         obs = jax.tree.map(pick, self._observe(obs_re, env_re), final_obs)
         info = {"final_observation": final_obs, "episode_metrics": metrics}
         if self.reward_shaping_horizon:
-            info["unshaped_reward"] = reward
+            info[UNSHAPED_REWARD] = reward
             weight = shaping_weight(state.steps_taken, self.reward_shaping_horizon)
             reward = reward + weight * self._per_agent(env_info["shaped_reward"])
         state = TeamState(env_state, jnp.where(done, 0.0, returns), state.steps_taken + 1)

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from rlpar.episodes import own_reward
+
 # gymnax is imported inside the functions that need its spaces: ``import gymnax`` starts JAX's backends, and
 # importing ``envs`` must not (the CLI sets devices and platforms after importing the package).
 
@@ -202,8 +204,7 @@ class EpisodeStatistics(Wrapper):
             key, state.env_state, action, params
         )
         done = jnp.logical_or(terminated, truncated)
-        counted = info.get("unshaped_reward", reward) if isinstance(info, Mapping) else reward
-        episode_return = state.episode_return + jnp.sum(jnp.asarray(counted, jnp.float32))
+        episode_return = state.episode_return + jnp.sum(jnp.asarray(own_reward(reward, info), jnp.float32))
         episode_length = state.episode_length + 1
         info = {
             **info,

@@ -21,6 +21,15 @@ from rlpar.collectives import axis_index, psum
 STEP_CAP = 10_000  # steps an evaluation episode may last when the env's params have no max_steps_in_episode
 RETURNS = "eval/returns"  # metric: [N] undiscounted return of each evaluation episode, over all devices
 LENGTHS = "eval/lengths"  # metric: [N] steps of each evaluation episode
+UNSHAPED_REWARD = "unshaped_reward"  # info key: the env's own reward where the returned one is shaped for learning
+
+
+def own_reward(reward: Any, info: Any) -> Any:
+    """The reward an episode's return counts: ``info["unshaped_reward"]`` where the env shapes the reward it returns
+    for learning (``envs.marl_suite``'s reward shaping), else ``reward`` itself."""
+    from collections.abc import Mapping
+
+    return info.get(UNSHAPED_REWARD, reward) if isinstance(info, Mapping) else reward
 
 
 class Episodes(NamedTuple):
@@ -63,7 +72,7 @@ def make_episodes(env, env_params, initial_carry: Callable[[int], Any], num_epis
         keys = jax.random.split(loop.key, 2 + num_episodes)  # next, acting, one per environment: one split
         action, carry = policy_fn(loop.carry, loop.obs, keys[1])
         obs, env_state, reward, terminated, truncated, info = step_envs(keys[2:], loop.env_state, action, env_params)
-        reward = info.get("unshaped_reward", reward) if isinstance(info, dict) else reward  # a shaped env's own
+        reward = own_reward(reward, info)
         running = jnp.logical_not(loop.ended)
         return _Loop(
             t=loop.t + 1, obs=obs, env_state=env_state, carry=carry, key=keys[0],

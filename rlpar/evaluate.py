@@ -173,7 +173,7 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
     import jax
     import jax.numpy as jnp
 
-    from rlpar.episodes import team_reward
+    from rlpar.episodes import own_reward, team_reward
 
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
@@ -183,7 +183,7 @@ def make_episodes(policy: Policy, env, env_params, num_episodes: int, max_steps:
         action, agent_carry = policy.fn(agent_carry, obs, key_act)
         keys_step = jax.random.split(key_step, num_episodes)
         next_obs, next_state, reward, terminated, truncated, info = step_envs(keys_step, state, action, env_params)
-        reward = info.get("unshaped_reward", reward) if isinstance(info, dict) else reward  # a shaped env's own
+        reward = own_reward(reward, info)
         running = jnp.logical_not(done)
         ret = ret + jnp.where(running, team_reward(reward), 0.0)  # a team env's [N, A]: the team's sum
         length = length + running.astype(jnp.int32)
