@@ -1,5 +1,7 @@
 """Four fake CPU devices for every test, set before the first JAX computation; no persistent compilation cache
-(``tests/test_compile_cache.py`` gives its runs their own), so the tests never touch the user's."""
+(``tests/test_compile_cache.py`` gives its runs their own), so the tests never touch the user's. The test files run
+in worker processes (pytest-xdist, ``-n auto`` in pyproject.toml), each set up as above; ``-n 0`` runs them all in
+this one process (a debugger, ``--pdb``)."""
 
 import os
 
@@ -7,12 +9,34 @@ import jax
 import pytest
 
 NUM_TEST_DEVICES = 4
+WORKER_MEMORY = 4 * 2**30  # a worker's peak (about 1.9 GB resident) and the CLI runs it starts, with room
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """``-n auto``: one worker per core this process may run on, and no more than the available memory holds. The
+    suite is compile-bound, and one process alone kept 1.44 of 2 cores busy (tracing is Python's one thread; XLA's
+    compile uses about 1.7 cores), so a worker per core is what keeps every core busy; more only adds memory."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, _available_memory() // WORKER_MEMORY))
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return WORKER_MEMORY * (os.cpu_count() or 1)  # not Linux: cores alone decide
+
+
 jax.config.update("jax_num_cpu_devices", NUM_TEST_DEVICES)
 # Start the backend now: importing rlpar starts none, and the first test to ask for --devices 2 would otherwise
 # start it with 2. Once started, the count stays 4 whatever a test asks.
 assert len(jax.devices()) == NUM_TEST_DEVICES
 # Off for the suite: once, in a full run with the cache on, XLA:CPU aborted the whole pytest process while
-# serializing an executable for it (not reproduced in isolation; see benchmarks/README.md).
+# serializing an executable for it (not reproduced in isolation). Nor would a cache shared by the whole run save time:
+# one tried (2026-12-04) took 11:25 against 10:25 without, since few tests compile a program another test compiled and
+# writing every small program to disk cost more than the repeats saved.
 os.environ["RLPAR_CACHE_DIR"] = "off"
 
 
