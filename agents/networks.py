@@ -1,4 +1,4 @@
-"""Shared network pieces (flax.linen): MLP and CNN torsos, the actor-critic, the distrax policies they define.
+"""Shared network pieces (flax.linen): MLP and CNN torsos, the actor-critic, the policies they define.
 
 The torso is chosen by observation shape: vectors ``[obs_dim]`` go through an MLP, images ``[H, W, C]`` (MinAtar,
 Pong) through a small CNN. The head is chosen by action space: ``Discrete(n)`` gives a categorical policy over
@@ -8,16 +8,14 @@ sample to ``[-1, 1]`` and rescales it, see ``envs.RescaleAction``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from agents.distributions import Categorical, DiagonalGaussian
 from agents.layers import Conv3x3, Dense
-
-if TYPE_CHECKING:  # distrax pulls in tensorflow-probability (~0.5 s): imported when a policy is first built
-    import distrax
 
 ACTIVATIONS = {"tanh": nn.tanh, "relu": nn.relu, "gelu": nn.gelu}
 TORSOS = ("auto", "mlp")  # image observations: convolution then MLP, or the MLP on the flattened image
@@ -102,21 +100,17 @@ class ActorCritic(nn.Module):
         return self.critic(obs)[..., 0]
 
     def distribution(self, obs: jax.Array):
-        """``(pi, value)``: the distrax policy for ``obs`` and the critic's value."""
-        import distrax
-
+        """``(pi, value)``: the policy for ``obs`` (``agents.distributions``) and the critic's value."""
         out, value = self(obs)
         if self.continuous:
             std = jnp.broadcast_to(jnp.exp(self.log_std), out.shape)
-            return distrax.MultivariateNormalDiag(out, std), value
+            return DiagonalGaussian(out, std), value
         return policy(out), value
 
 
-def policy(logits: jax.Array) -> distrax.Categorical:
+def policy(logits: jax.Array) -> Categorical:
     """The categorical action distribution for a batch of logits."""
-    import distrax
-
-    return distrax.Categorical(logits=logits.astype(jnp.float32))
+    return Categorical.of(logits)
 
 
 def make_network(observation_space, action_space, hidden_sizes: Sequence[int], activation: str,

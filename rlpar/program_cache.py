@@ -228,8 +228,8 @@ def snapshot(description: Any, devices: list, *, require_closed: bool = True) ->
     ``None`` when that is not only rlpar's own code and settings) on ``devices``, with everything else they depend on
     (module docstring); ``None`` (nothing served or stored) when the cache is off, ``description`` is ``None``, or
     the process is not a closed run (``closed_run``; ``require_closed=False`` skips that check, for tests of the
-    storage itself). Take it before tracing any of them, so that every run computes the same keys: tracing imports
-    modules (distrax on first use), loading a program does not."""
+    storage itself). Take it before tracing any of them, so that every run computes the same keys: tracing may
+    import modules on first use (an env suite's), loading a program does not."""
     if _directory[0] is None or description is None or (require_closed and closed_run() is not None):
         return None
     import jax

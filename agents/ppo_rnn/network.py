@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from agents.distributions import Categorical
 from agents.networks import MLP, policy
-
-if TYPE_CHECKING:
-    import distrax
 
 
 class RecurrentActorCritic(nn.Module):
@@ -53,5 +51,5 @@ def unroll(network: RecurrentActorCritic, params, hidden: jax.Array, obs: jax.Ar
     return hidden, logits, value
 
 
-def distribution(logits: jax.Array) -> distrax.Categorical:
+def distribution(logits: jax.Array) -> Categorical:
     return policy(logits)
