@@ -62,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=10240, help="a short run: the compile is measured")
     parser.add_argument("--out", help="append the records as JSON lines")
+    parser.add_argument("--no-rejax", action="store_true", help="rlpar's trees only")
     parser.add_argument("cli", nargs="+", help="after --: the agent and its flags, e.g. ppo --env CartPole-v1")
     args = parser.parse_args(argv)
     codes = [c.resolve() for c in (args.code or [common.ROOT])]
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[list[dict]] = []
     for round_index in range(args.rounds):
         row = [run_cli(code, args.cli, args.total_timesteps) for code in codes]
-        rejax = run_rejax(args.cli, args.total_timesteps)
+        rejax = None if args.no_rejax else run_rejax(args.cli, args.total_timesteps)
         row += [rejax] if rejax else []
         for record in row:
             common.emit({**record, "round": round_index, "cli": args.cli, **common.host_fields()}, args.out)
