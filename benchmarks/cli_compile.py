@@ -1,14 +1,16 @@
 """A cold compile through the command line, as a user waits for it, against rejax's on the same config.
 
 Each round runs ``python -m rlpar.train AGENT --env ENV --no-compile-cache --eval-every 0 --total-timesteps N`` in a
-fresh process once per code tree (``--code DIR``, repeatable: the repository by default; another checkout, e.g. a
-``git worktree`` of an older commit, is put first on ``PYTHONPATH``), then rejax's lowering and compile of the same
-config (``peers.py rejax --algo ...``, where installed). Reported per run: the CLI's ``compiled in`` figure, the
-process's CPU seconds (user + system, all threads) and its wall time; rejax's ``compile_s`` (lowering + XLA) and the
-CPU seconds of its compile. Rounds alternate; medians and the median of per-round ratios (each tree / rejax, each
-tree / the first) are printed.
+fresh process once per code tree (``--code DIR``, repeatable: the repository by default; another checkout, e.g. a ``git
+worktree`` of an older commit, is put first on ``PYTHONPATH``), then rejax's lowering and compile of the same config
+(``peers.py rejax``, where installed; with ``--case``, one of ``agents_vs_rejax.py``'s configs, rejax gets that config's
+flags, else rejax's PPO defaults, which are PPO's CartPole preset). Reported per run: the CLI's ``compiled in`` figure,
+the process's CPU seconds (user + system, all threads) and its wall time; rejax's ``compile_s`` (lowering + XLA) and the
+CPU seconds of its compile. Rounds alternate; medians and the median of per-round ratios (each tree / rejax, each tree /
+the first) are printed.
 
     python benchmarks/cli_compile.py --rounds 5 --code . --code ../before -- ppo --env CartPole-v1
+    python benchmarks/cli_compile.py --rounds 3 --code . --case ppo-minatar
 """
 
 from __future__ import annotations
@@ -23,10 +25,9 @@ import sys
 import time
 from pathlib import Path
 
+import agents_vs_rejax
 import common
 import peers
-
-REJAX_ALGOS = {"ppo": "ppo", "pqn": "pqn", "dqn": "dqn", "sac": "sac"}
 
 
 def run_cli(code: Path, argv: list[str], total_timesteps: int) -> dict:
@@ -46,14 +47,24 @@ def run_cli(code: Path, argv: list[str], total_timesteps: int) -> dict:
             "wall_s": round(wall, 3)}
 
 
-def run_rejax(argv: list[str], total_timesteps: int) -> dict | None:
-    agent, env = argv[0], argv[argv.index("--env") + 1] if "--env" in argv else "CartPole-v1"
-    if agent not in REJAX_ALGOS or not peers.installed("rejax"):
+def run_rejax(flags: list[str], total_timesteps: int) -> dict | None:
+    if not peers.installed("rejax"):
         return None
-    record = peers.run_peer("rejax", ["--algo", REJAX_ALGOS[agent], "--env", env, "--repeats", "1",
-                                      "--total-timesteps", str(total_timesteps)])
+    record = peers.run_peer("rejax", [*flags, "--repeats", "1", "--total-timesteps", str(total_timesteps)])
     return None if record is None else {"code": "rejax", "compile_s": record["compile_s"],
                                         "compile_cpu_s": record.get("compile_cpu_s")}
+
+
+def configs(case: str | None, cli: list[str]) -> tuple[list[str], list[str] | None]:
+    """``(rlpar's argv, rejax's flags or None)``: a case of ``agents_vs_rejax.CONFIGS`` (its total steps left out:
+    the run is short), else ``cli`` beside rejax's PPO defaults when ``cli`` is PPO's CartPole preset."""
+    if case is None:
+        return cli, ([] if cli == ["ppo", "--env", "CartPole-v1"] else None)
+    if case not in agents_vs_rejax.CONFIGS:
+        raise SystemExit(f"error: --case {case!r}: one of {', '.join(agents_vs_rejax.CONFIGS)}")
+    env, _, flags, rejax = agents_vs_rejax.CONFIGS[case]
+    cut = rejax.index("--total-timesteps") if "--total-timesteps" in rejax else len(rejax)
+    return [case.partition("-")[0], "--env", env, *flags], (rejax[:cut] + rejax[cut + 2:]) or None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,23 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--total-timesteps", type=int, default=10240, help="a short run: the compile is measured")
     parser.add_argument("--out", help="append the records as JSON lines")
     parser.add_argument("--no-rejax", action="store_true", help="rlpar's trees only")
-    parser.add_argument("cli", nargs="+", help="after --: the agent and its flags, e.g. ppo --env CartPole-v1")
+    parser.add_argument("--case", help="one of agents_vs_rejax.py's configs (rlpar's flags and rejax's same config)")
+    parser.add_argument("cli", nargs="*", help="after --: the agent and its flags, e.g. ppo --env CartPole-v1")
     args = parser.parse_args(argv)
+    if bool(args.case) == bool(args.cli):
+        parser.error("give the command line after -- or --case, one of them")
+    cli, rejax_flags = configs(args.case, args.cli)
     codes = [c.resolve() for c in (args.code or [common.ROOT])]
     common.say(common.host_line())
     rows: list[list[dict]] = []
     for round_index in range(args.rounds):
-        row = [run_cli(code, args.cli, args.total_timesteps) for code in codes]
-        rejax = None if args.no_rejax else run_rejax(args.cli, args.total_timesteps)
+        row = [run_cli(code, cli, args.total_timesteps) for code in codes]
+        rejax = None if args.no_rejax or rejax_flags is None else run_rejax(rejax_flags, args.total_timesteps)
         row += [rejax] if rejax else []
         for record in row:
-            common.emit({**record, "round": round_index, "cli": args.cli, **common.host_fields()}, args.out)
+            common.emit({**record, "round": round_index, "cli": cli, **common.host_fields()}, args.out)
         rows.append(row)
     for i, code in enumerate(codes):
         compile_s = [row[i]["compile_s"] for row in rows]
         cpu = [row[i]["process_cpu_s"] for row in rows]
-        line = f"{code}: compiled in {statistics.median(compile_s):.2f} s ({min(compile_s):.2f}-{max(compile_s):.2f})," \
-               f" process CPU {statistics.median(cpu):.1f} s"
+        line = (f"{code}: compiled in {statistics.median(compile_s):.2f} s ({min(compile_s):.2f}-{max(compile_s):.2f}),"
+                f" process CPU {statistics.median(cpu):.1f} s")
         if i:
             ratios = [row[i]["compile_s"] / row[0]["compile_s"] for row in rows]
             line += f"; / first {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"

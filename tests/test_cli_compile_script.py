@@ -26,3 +26,22 @@ def test_two_trees_one_round_give_a_record_each_and_a_summary(tmp_path):
         assert record["cpu"] and record["cli"][:3] == ["ppo", "--env", "CartPole-v1"]
     summary = [line for line in proc.stderr.splitlines() if "compiled in" in line]
     assert len(summary) == 2 and "/ first" in summary[1] and "rejax" not in proc.stderr
+
+
+def test_a_case_gives_rejax_the_same_config_and_an_unknown_case_is_one_line():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import cli_compile
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    cli, rejax = cli_compile.configs("ppo-minatar", [])
+    assert cli == ["ppo", "--env", "Breakout-MinAtar"]
+    assert rejax[:2] == ["--algo", "ppo"] and "--total-timesteps" not in rejax
+    assert rejax[rejax.index("--hidden-sizes") + 1] == "256,256"
+    assert rejax[rejax.index("--env") + 1] == "Breakout-MinAtar"
+    assert cli_compile.configs(None, ["ppo", "--env", "CartPole-v1"]) == (["ppo", "--env", "CartPole-v1"], [])
+    assert cli_compile.configs(None, ["dqn", "--env", "CartPole-v1"])[1] is None  # no known rejax config: rlpar only
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cli_compile.py"), "--case", "nope"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --case 'nope': one of pqn")
+    assert "Traceback" not in proc.stderr
