@@ -43,8 +43,20 @@ def run_cli(code: Path, argv: list[str], total_timesteps: int) -> dict:
         raise RuntimeError(proc.stderr[-2000:])
     compiled = re.search(r"compiled in ([0-9.]+)s", proc.stdout)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"code": str(code), "compile_s": float(compiled.group(1)), "process_cpu_s": round(cpu, 3),
-            "wall_s": round(wall, 3)}
+    return {"code": str(code), "commit": _commit(code), "compile_s": float(compiled.group(1)),
+            "process_cpu_s": round(cpu, 3), "wall_s": round(wall, 3)}
+
+
+def _commit(code: Path) -> str | None:
+    """The tree's commit, ``+`` when it has changes not committed; ``None`` outside git."""
+    try:
+        head = subprocess.run(["git", "-C", str(code), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(code), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("+" if dirty else "")
 
 
 def run_rejax(flags: list[str], total_timesteps: int) -> dict | None:

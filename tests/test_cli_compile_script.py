@@ -24,6 +24,11 @@ def test_two_trees_one_round_give_a_record_each_and_a_summary(tmp_path):
     for record in records:
         assert record["compile_s"] > 0 and record["process_cpu_s"] >= record["compile_s"] / 4 and record["wall_s"] > 0
         assert record["cpu"] and record["cli"][:3] == ["ppo", "--env", "CartPole-v1"]
+        head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+        if head.returncode == 0:  # the tree's commit (+ if changed); None outside git
+            assert record["commit"] and head.stdout.startswith(record["commit"].rstrip("+"))
+        else:
+            assert record["commit"] is None
     summary = [line for line in proc.stderr.splitlines() if "compiled in" in line]
     assert len(summary) == 2 and "/ first" in summary[1] and "rejax" not in proc.stderr
 
