@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("give the command line after -- or --case, one of them")
     cli, rejax_flags = configs(args.case, args.cli)
     codes = [c.resolve() for c in (args.code or [common.ROOT])]
+    for code in codes:
+        if not (code / "rlpar" / "train.py").is_file():
+            parser.error(f"--code {code}: not a checkout of rlpar (no rlpar/train.py there)")
     common.say(common.host_line())
     rows: list[list[dict]] = []
     for round_index in range(args.rounds):
@@ -110,13 +113,15 @@ def main(argv: list[str] | None = None) -> int:
         if i:
             ratios = [row[i]["compile_s"] / row[0]["compile_s"] for row in rows]
             line += f"; / first {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-        if len(rows[0]) > len(codes):
-            ratios = [row[i]["compile_s"] / row[-1]["compile_s"] for row in rows]
+        with_rejax = [row for row in rows if len(row) > len(codes)]  # rounds where rejax ran
+        if with_rejax:
+            ratios = [row[i]["compile_s"] / row[-1]["compile_s"] for row in with_rejax]
             line += f"; / rejax {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
         common.say(line)
-    if len(rows[0]) > len(codes):
-        rejax = [row[-1]["compile_s"] for row in rows]
-        common.say(f"rejax: compile {statistics.median(rejax):.2f} s ({min(rejax):.2f}-{max(rejax):.2f})")
+    rejax = [row[-1]["compile_s"] for row in rows if len(row) > len(codes)]
+    if rejax:
+        common.say(f"rejax: compile {statistics.median(rejax):.2f} s ({min(rejax):.2f}-{max(rejax):.2f}), "
+                   f"{len(rejax)} of {len(rows)} rounds")
     return 0
 
 

@@ -151,9 +151,6 @@ def _unrolled_threefry(mlir, add, xor, or_, shift_left, shift_right_logical):
     def lowering(ctx, k1, k2, x1, x2):
         aval = ctx.avals_out[0]
         rank = len(aval.shape)
-        if 0 in aval.shape:
-            zeros = mlir.full_like_aval(ctx, 0, aval)
-            return [zeros, zeros]
 
         def broadcast(value, value_aval):
             return mlir.broadcast_in_dim(ctx, value, aval, broadcast_dimensions=range(rank - len(value_aval.shape),

@@ -50,3 +50,11 @@ def test_a_case_gives_rejax_the_same_config_and_an_unknown_case_is_one_line():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --case 'nope': one of pqn")
     assert "Traceback" not in proc.stderr
+
+
+def test_a_code_tree_that_is_not_rlpar_is_one_line_before_anything_runs(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cli_compile.py"), "--code", str(tmp_path),
+                           "--", "ppo", "--env", "CartPole-v1"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(f"--code {tmp_path}: not a checkout of rlpar (no "
+                                                         "rlpar/train.py there)")

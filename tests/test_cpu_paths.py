@@ -69,3 +69,9 @@ def test_rolled_threefry_is_for_this_thread_only():
         thread.join()
     assert "while" not in seen["other"]
     assert "while" not in compiled().as_text()
+
+
+def test_an_empty_draw_on_the_fast_path_is_empty():
+    with cpu_paths.fast_paths(True):
+        program = jax.jit(lambda key: jax.random.bits(key, (0, 3), jnp.uint32)).lower(jax.random.PRNGKey(0)).compile()
+    assert program(jax.random.PRNGKey(0)).shape == (0, 3)
