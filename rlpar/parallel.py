@@ -388,6 +388,23 @@ def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, 
     return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
 
 
+def trace_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, positions: Any,
+                  groups: int = 1) -> tuple[Any, Any]:
+    """``map_init_at``'s init traced once for these arguments: ``(traced, shapes)``, where ``traced.lower().compile()``
+    is the init program (call it with ``shared`` and ``positions``) and ``shapes`` the state it returns, as
+    ``state_shapes_at`` gives them (``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with their sharding), from the same
+    trace: a run that needs both traces its init once.
+
+    The init is ``jit(shard_map)`` whatever the step's backend: it is what ``jax.pmap`` is in the JAX versions this
+    project supports (``compile_step``), the state comes out laid out as either backend's step takes it, and unlike
+    ``jax.pmap`` it has ``trace()``.
+    """
+    traced = _shard_map_init(make_init(AXIS_NAME), devices, groups).trace(shared, positions)
+    sharding = NamedSharding(make_mesh(devices, groups), _row_spec(groups))
+    shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), traced.out_info)
+    return traced, shapes
+
+
 def _vmapped_devices(init: Callable, num_devices: int, groups: int) -> Callable:
     """``init(shared, rows [D, ...])`` over every device at once, ``vmap`` over the same named axes standing in for
     the devices (both mesh axes with ``groups`` > 1); leaves ``[D, ...]`` in device order."""

@@ -15,6 +15,7 @@ import dataclasses
 import hashlib
 import math
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -334,11 +335,10 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     # _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set up, for the
     # orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread starts.
     program_cache.initialize_lapack()
+    init = _Init(prepared, config, run_config)  # traced once, by whichever thread asks first
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
-        pending = pool.submit(_initial_state, prepared, config, run_config, None)
-        compiled, compile_s = _compile(prepared, run_config,
-                                       lambda: _state_shapes(prepared, run_config.population_devices), schedule,
-                                       max_updates, hooks)
+        pending = pool.submit(_initial_state, prepared, config, run_config, None, init)
+        compiled, compile_s = _compile(prepared, run_config, init.shapes, schedule, max_updates, hooks)
         return compiled, compile_s, pending.result()
 
 
@@ -507,25 +507,42 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 
 
-def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored) -> program.TrainState:
+class _Init:
+    """The run's init program (``_seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
+    use, under a lock: the init's thread lowers it, and the chunk program's lowering needs the state's shapes, which
+    come from the same trace (a separate ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole)."""
+
+    def __init__(self, prepared: _Prepared, config, run_config: RunConfig):
+        devices, groups = prepared.devices, run_config.population_devices
+        self.args = (parallel.replicate(np.uint32(config.seed), devices, groups),
+                     parallel.device_positions(devices, groups))
+        self._make_init = _seeded_init(prepared.make_program, len(devices), groups)
+        self._devices, self._groups = devices, groups
+        self._lock = threading.Lock()
+        self._traced = None
+
+    def _trace(self):
+        with self._lock:
+            if self._traced is None:
+                self._traced = parallel.trace_init_at(self._make_init, self._devices, *self.args, self._groups)
+            return self._traced
+
+    def compile(self):
+        with cpu_paths.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.cpu_paths)
+            return self._trace()[0].lower().compile(INIT_COMPILER_OPTIONS)
+
+    def shapes(self):
+        """The initial state's shapes and shardings, for lowering the chunk program before the state exists."""
+        return self._trace()[1]
+
+
+def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored,
+                   init: _Init | None = None) -> program.TrainState:
     if restored is not None:
         return parallel.rows_from_host(restored.state, prepared.devices, run_config.population_devices)
-    devices, groups = prepared.devices, run_config.population_devices
-    seed, positions = parallel.replicate(np.uint32(config.seed), devices, groups), parallel.device_positions(devices,
-                                                                                                          groups)
-    init = parallel.map_init_at(_seeded_init(prepared.make_program, len(devices), groups), devices,
-                                run_config.device_backend, groups)
-    with cpu_paths.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.cpu_paths)
-        compiled, _ = program_cache.load_or_compile(
-            "init", lambda: init.lower(seed, positions).compile(INIT_COMPILER_OPTIONS), prepared.programs)
-    return compiled(seed, positions)
-
-
-def _state_shapes(prepared: _Prepared, groups: int):
-    """The initial state's shapes and shardings (``parallel.state_shapes_at``), for lowering before it exists."""
-    seed = jax.ShapeDtypeStruct((), np.uint32)
-    make_init = _seeded_init(prepared.make_program, len(prepared.devices), groups)
-    return parallel.state_shapes_at(make_init, prepared.devices, seed, groups)
+    init = init or _Init(prepared, config, run_config)
+    compiled, _ = program_cache.load_or_compile("init", init.compile, prepared.programs)
+    return compiled(*init.args)
 
 
 def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):
