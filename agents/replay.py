@@ -149,6 +149,10 @@ def gradient_steps(step: Callable, carry: Any, replay: Replay, buffer: Any, key:
         carry, infos = jax.lax.scan(one, carry, jax.random.split(key, num_steps))
         return carry, jax.tree.map(lambda x: jnp.mean(x, axis=0), infos)
 
+    # jitted so that it is traced once: ``wait`` needs the shapes of its info, and ``jax.eval_shape`` of the same
+    # jitted function reuses that trace (jit's cache) instead of tracing the gradient step a second time
+    learn = jax.jit(learn)
+
     def wait(carry):
         shapes = jax.eval_shape(learn, carry)[1]
         # zeros typed like ``learning`` (per device under shard_map), as the other branch's outputs are

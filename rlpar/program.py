@@ -109,6 +109,7 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
     """
 
     update = jax.jit(program.update)  # traced once: for the metrics' shapes, then reused inside the loop
+    evaluate = None if program.evaluate is None else jax.jit(program.evaluate)  # the same: shapes, then the branch
 
     def run_updates(state: TrainState, count: jax.Array):
         shapes = jax.eval_shape(update, state)[1]
@@ -123,11 +124,11 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
 
     def chunk(state: TrainState, control: ChunkControl) -> tuple[TrainState, dict]:
         state, metrics = run_updates(state, control.updates)
-        if program.evaluate is None:
+        if evaluate is None:
             return state, metrics
         key = jax.random.fold_in(eval_key(control.seed), control.updates_done + control.updates)
-        shapes = jax.eval_shape(program.evaluate, state, key)
+        shapes = jax.eval_shape(evaluate, state, key)
         skip = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        return state, {**metrics, **jax.lax.cond(control.evaluate, lambda: program.evaluate(state, key), skip)}
+        return state, {**metrics, **jax.lax.cond(control.evaluate, lambda: evaluate(state, key), skip)}
 
     return chunk

@@ -128,6 +128,8 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     ``num_steps`` exceeds its time limit; then the earlier one is bootstrapped on the spot (under ``lax.cond``, so
     the usual step pays only for a select) and ``_place_spilled`` moves it to its step after the scan.
     """
+    if bootstrap is not None:  # traced once: ``_hold_final`` asks its shapes and calls it (jit's trace cache)
+        bootstrap = jax.jit(bootstrap)
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     initial_carry = initial_carry or (lambda n: ())
 
