@@ -8,7 +8,8 @@ gradients up to float rounding from the same parameter tree, so checkpoints load
 XLA:CPU runs markedly slower than a plain product (figures: ``docs/benchmarks.md``, "Measured history"). ``dense``
 computes the same gradient from an explicitly transposed copy of ``x`` (an optimisation barrier keeps XLA
 from folding the transpose back into the product). Being a ``jax.custom_vjp``, it has no forward-mode rule: ``jax.jvp``
-and ``jax.hessian`` need the plain path.
+and ``jax.hessian`` need the plain path. It pays where XLA:CPU emits AVX-512 code; on an AVX2 host the plain product
+was as fast or faster, so there ``Dense`` takes the plain path unless asked (``agents.platform.dense_fast_path``).
 
 ``Conv3x3`` is ``nn.Conv(features, (3, 3), padding="SAME")``. Its fast path is a dense layer over 3x3 patches
 (``patches3x3``) with the kernel reshaped to ``[9 C, features]``: XLA:CPU runs convolutions inside loops (every
@@ -65,11 +66,16 @@ def _fast(fast: bool | None, dtype: Any) -> bool:
     return dtype == jnp.float32 and platform.resolve(fast)
 
 
+def _fast_dense(fast: bool | None, dtype: Any) -> bool:
+    """``_fast`` for ``Dense``, whose fast path pays only where XLA:CPU emits AVX-512 (``platform.dense_fast_path``)."""
+    return dtype == jnp.float32 and (platform.dense_fast_path() if fast is None else fast)
+
+
 class Dense(nn.Module):
     """``nn.Dense`` over the last axis: kernel ``[in, out]``, bias ``[out]``, same names, initialisers and dtypes.
 
     ``dtype`` is the computation dtype (``None``: promote input and parameters, as ``nn.Dense`` does); ``fast``
-    picks the path (``None``: ``agents.platform.cpu_fast_paths()`` when applied).
+    picks the path (``None``: ``agents.platform.dense_fast_path()`` when applied).
     """
 
     features: int
@@ -84,7 +90,7 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (jnp.shape(x)[-1], self.features), self.param_dtype)
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
         x, kernel, bias = promote_dtype(x, kernel, bias, dtype=self.dtype)
-        if not _fast(self.fast, x.dtype):
+        if not _fast_dense(self.fast, x.dtype):
             return x @ kernel + bias
         batch_shape = x.shape[:-1]
         y = dense(x.reshape((-1, x.shape[-1])), kernel, bias)

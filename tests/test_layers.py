@@ -1,5 +1,7 @@
 """agents.layers and agents.platform: the fast and plain paths of each layer agree, and the switch picks one."""
 
+from pathlib import Path
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -8,6 +10,7 @@ import pytest
 
 from agents import platform
 from agents.layers import Conv3x3, Dense, patches3x3
+from rlpar import cpu_paths
 
 
 @pytest.fixture(autouse=True)
@@ -74,7 +77,14 @@ def test_override_beats_environment_and_platform_and_is_restored(monkeypatch):
         platform.set_fast_paths("no")
 
 
-def test_layers_read_the_switch_when_applied_and_their_field_beats_it(monkeypatch):
+@pytest.fixture
+def avx512(monkeypatch):
+    """As on a host where XLA:CPU emits AVX-512 code, whatever this one is (the Dense fast path's condition)."""
+    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+
+
+def test_layers_read_the_switch_when_applied_and_their_field_beats_it(monkeypatch, avx512):
     x = jnp.ones((2, 4, 4, 3))
     for module in (Dense(5), Conv3x3(5)):
         params = module.init(jax.random.key(0), x)
@@ -89,6 +99,38 @@ def test_layers_read_the_switch_when_applied_and_their_field_beats_it(monkeypatc
         with monkeypatch.context() as patch:
             patch.setattr(jax, "default_backend", lambda: "gpu")  # read at trace time, not at import
             assert not takes_fast_path(module, params, x)
+
+
+def test_dense_takes_its_fast_path_only_where_xla_cpu_emits_avx512(monkeypatch):
+    x = jnp.ones((2, 3))
+    dense = Dense(4)
+    params = dense.init(jax.random.key(0), x)
+    flags = {"avx512": frozenset({"avx2", "avx512f"}), "avx2": frozenset({"avx", "avx2", "fma"})}
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx512"])
+    assert platform.xla_cpu_avx512() and takes_fast_path(dense, params, x)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_cpu_max_isa=AVX2")  # capped
+    assert not platform.xla_cpu_avx512() and not takes_fast_path(dense, params, x)
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=avx512")
+    assert platform.xla_cpu_avx512()
+    monkeypatch.delenv("XLA_FLAGS")
+    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])  # an AVX2 host: the plain product
+    assert not platform.dense_fast_path() and not takes_fast_path(dense, params, x)
+    assert takes_fast_path(dense.clone(fast=True), params, x)  # the field still forces it
+    with platform.fast_paths(True):  # and so does the switch
+        assert takes_fast_path(dense, params, x)
+    conv_x = jnp.ones((1, 3, 3, 2))  # the convolution's fast path does not depend on the ISA
+    conv = Conv3x3(2)
+    assert takes_fast_path(conv, conv.init(jax.random.key(0), conv_x), conv_x)
+
+
+def test_cpu_flags_are_read_from_this_host():
+    flags = cpu_paths._cpu_flags()
+    if Path("/proc/cpuinfo").exists():
+        text = Path("/proc/cpuinfo").read_text()
+        assert ("avx512f" in flags) == (" avx512f" in text) and ("avx2" in flags) == (" avx2" in text)
+    else:
+        assert flags == frozenset()
 
 
 # --- the layers ------------------------------------------------------------------------------------------------------
@@ -182,7 +224,7 @@ def test_plain_path_supports_jvp_and_hessian(module, shape):
 
 
 @pytest.mark.parametrize("make", [lambda **kw: Dense(3, **kw), lambda **kw: Conv3x3(3, **kw)])
-def test_bfloat16_runs_the_plain_path(make):
+def test_bfloat16_runs_the_plain_path(make, avx512):
     x = jax.random.normal(jax.random.key(0), (2, 4, 4, 2))
     bf16 = make(dtype=jnp.bfloat16, param_dtype=jnp.bfloat16, fast=True)  # fast asked, but float32 only
     params = bf16.init(jax.random.key(1), x)

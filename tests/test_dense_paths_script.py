@@ -1,0 +1,30 @@
+"""``benchmarks/dense_paths.py`` as its docstring runs it: both Dense paths timed in one process, one JSON record."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_both_paths_timed_and_recorded(tmp_path):
+    out = tmp_path / "dense.jsonl"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "dense_paths.py"), "--num-envs", "2", "--num-steps", "8",
+         "--hidden-sizes", "8", "--updates", "1", "--rounds", "2", "--repeats", "1", "--out", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["fast_ms"] > 0 and record["plain_ms"] > 0 and record["rounds"] == 2
+    low, high = record["plain_over_fast_range"]
+    assert low <= record["plain_over_fast"] <= high
+    assert record["default_path"] == ("fast" if record["xla_cpu_avx512"] else "plain")
+    assert record["cpu"] and record["hidden_sizes"] == [8] and record["num_envs"] == 2
+    assert "plain / fast" in proc.stderr
+
+
+def test_bad_counts_are_one_line():
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dense_paths.py"), "--rounds", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--rounds=0: must be at least 1" in proc.stderr and "Traceback" not in proc.stderr
