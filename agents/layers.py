@@ -8,8 +8,8 @@ gradients up to float rounding from the same parameter tree, so checkpoints load
 XLA:CPU runs markedly slower than a plain product (figures: ``docs/benchmarks.md``, "Measured history"). ``dense``
 computes the same gradient from an explicitly transposed copy of ``x`` (an optimisation barrier keeps XLA
 from folding the transpose back into the product). Being a ``jax.custom_vjp``, it has no forward-mode rule: ``jax.jvp``
-and ``jax.hessian`` need the plain path. It pays where XLA:CPU emits AVX-512 code; on an AVX2 host the plain product
-was as fast or faster, so there ``Dense`` takes the plain path unless asked (``agents.platform.dense_fast_path``).
+and ``jax.hessian`` need the plain path. It pays where XLA:CPU emits AVX-512 code; on an AVX2 host only for small
+batches (under 1,024 rows), so there larger ones take the plain product unless asked (``agents.platform.dense_fast_path``).
 
 ``Conv3x3`` is ``nn.Conv(features, (3, 3), padding="SAME")``. Its fast path is a dense layer over 3x3 patches
 (``patches3x3``) with the kernel reshaped to ``[9 C, features]``: XLA:CPU runs convolutions inside loops (every
@@ -21,6 +21,7 @@ plain path whatever the switch says.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -66,9 +67,10 @@ def _fast(fast: bool | None, dtype: Any) -> bool:
     return dtype == jnp.float32 and platform.resolve(fast)
 
 
-def _fast_dense(fast: bool | None, dtype: Any) -> bool:
-    """``_fast`` for ``Dense``, whose fast path pays only where XLA:CPU emits AVX-512 (``platform.dense_fast_path``)."""
-    return dtype == jnp.float32 and (platform.dense_fast_path() if fast is None else fast)
+def _fast_dense(fast: bool | None, dtype: Any, rows: int | None = None) -> bool:
+    """``_fast`` for ``Dense`` on ``rows`` input rows, whose fast path depends on the ISA and the batch
+    (``platform.dense_fast_path``)."""
+    return dtype == jnp.float32 and (platform.dense_fast_path(rows=rows) if fast is None else fast)
 
 
 class Dense(nn.Module):
@@ -90,9 +92,9 @@ class Dense(nn.Module):
         kernel = self.param("kernel", self.kernel_init, (jnp.shape(x)[-1], self.features), self.param_dtype)
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
         x, kernel, bias = promote_dtype(x, kernel, bias, dtype=self.dtype)
-        if not _fast_dense(self.fast, x.dtype):
-            return x @ kernel + bias
         batch_shape = x.shape[:-1]
+        if not _fast_dense(self.fast, x.dtype, math.prod(batch_shape)):
+            return x @ kernel + bias
         y = dense(x.reshape((-1, x.shape[-1])), kernel, bias)
         return y.reshape(batch_shape + (self.features,))
 

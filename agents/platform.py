@@ -5,8 +5,8 @@ flax/optax code (figures in ``docs/benchmarks.md``, "Measured history behind the
 engine (point 4):
 
 1. ``agents.layers.Dense``: a matmul whose backward is a ``jax.custom_vjp`` that computes the kernel gradient from an
-   explicitly transposed input, because XLA:CPU runs the transposed-operand product autodiff would emit slower. Only
-   where XLA:CPU emits AVX-512 code (``dense_fast_path``): on an AVX2 host the plain layer was as fast or faster.
+   explicitly transposed input, because XLA:CPU runs the transposed-operand product autodiff would emit slower. Where
+   XLA:CPU emits AVX-512 code; on AVX2 only below 1,024 rows (``dense_fast_path``): above, the plain layer was faster.
 2. ``agents.layers.Conv3x3``: a 3x3 convolution written as a dense layer over 3x3 patches, because XLA:CPU runs
    convolutions inside ``lax.scan`` (every training step here) several times slower than the equal matmul.
 3. The optimizer step (``agents.ppo.learner``, with ``agents.optim``'s chain): the update run on all parameters raveled into one vector, a few fused

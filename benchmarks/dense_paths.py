@@ -1,7 +1,8 @@
 """``agents.layers.Dense``'s two paths timed against each other in whole PPO updates: which one pays on this host.
 
 The Dense fast path (``agents.layers.dense``: the kernel gradient from an explicitly transposed input) is taken by
-default only where XLA:CPU emits AVX-512 code (``agents.platform.dense_fast_path``). This script builds the same PPO
+default where XLA:CPU emits AVX-512 code, elsewhere below 1,024 rows (``agents.platform.dense_fast_path``). This
+script builds the same PPO
 program twice in one process, once with every ``Dense`` on its fast path and once plain (everything else, the unrolled
 threefry and the raveled optimizer included, as the switch has it), compiles both, then times ``--updates`` updates of
 each in turns (``--rounds`` turns, the median of ``--repeats`` calls in each), so that load on the host falls on both
@@ -26,11 +27,7 @@ from thunks import median_seconds
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--preset", action="store_true", help="start from the env's PPO preset (PPOConfig.for_env)")
-    parser.add_argument("--num-envs", type=int, default=None, help="default: 8, or the preset's")
-    parser.add_argument("--num-steps", type=int, default=None, help="default: 128, or the preset's")
-    parser.add_argument("--hidden-sizes", default=None, help="e.g. 64,64; default: the config's")
+    common.add_ppo_config_arguments(parser)
     parser.add_argument("--updates", type=int, default=5, help="updates per compiled call")
     parser.add_argument("--rounds", type=int, default=7, help="turns of the two paths")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")
@@ -44,13 +41,10 @@ def main(argv=None) -> int:
 
     import envs
     from agents import platform
-    from agents.ppo import PPOConfig, make_ppo
+    from agents.ppo import make_ppo
     from rlpar.program import make_program
 
-    config = PPOConfig.for_env(args.env) if args.preset else PPOConfig()
-    hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
-    config = config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
-                                                 ("hidden_sizes", hidden)) if v is not None})
+    config = common.ppo_config(args)
     env, env_params = envs.make(args.env)
     programs = {}
     for path, fast in (("fast", True), ("plain", False)):
@@ -79,7 +73,8 @@ def main(argv=None) -> int:
               "plain_ms": round(1e3 * statistics.median(times["plain"]), 3),
               "plain_over_fast": round(statistics.median(ratios), 4),
               "plain_over_fast_range": [round(min(ratios), 4), round(max(ratios), 4)],
-              "xla_cpu_avx512": platform.xla_cpu_avx512(), "default_path": "fast" if platform.dense_fast_path()
+              "minibatch_rows": config.batch_size // config.num_minibatches, "xla_cpu_avx512": platform.xla_cpu_avx512(),
+              "default_path": "fast" if platform.dense_fast_path(rows=config.batch_size // config.num_minibatches)
               else "plain", "command": common.command_line(), **common.host_fields()}
     common.emit(record, args.out)
     common.say(f"{args.env} {config.num_envs} envs: fast {record['fast_ms']} ms, plain {record['plain_ms']} ms per "
@@ -98,7 +93,8 @@ class _dense_path:
         from agents import layers
 
         self.saved = layers._fast_dense
-        layers._fast_dense = lambda field, dtype, saved=self.saved: saved(self.fast if field is None else field, dtype)
+        layers._fast_dense = lambda field, dtype, rows=None, saved=self.saved: saved(
+            self.fast if field is None else field, dtype, rows)
 
     def __exit__(self, *exc):
         from agents import layers

@@ -101,25 +101,36 @@ def test_layers_read_the_switch_when_applied_and_their_field_beats_it(monkeypatc
             assert not takes_fast_path(module, params, x)
 
 
-def test_dense_takes_its_fast_path_only_where_xla_cpu_emits_avx512(monkeypatch):
-    x = jnp.ones((2, 3))
+def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
+    small, large = jnp.ones((2, 3)), jnp.ones((4, 256, 3))  # 2 rows; 1,024 rows (batch dimensions flattened)
     dense = Dense(4)
-    params = dense.init(jax.random.key(0), x)
+    params = dense.init(jax.random.key(0), small)
     flags = {"avx512": frozenset({"avx2", "avx512f"}), "avx2": frozenset({"avx", "avx2", "fma"})}
     monkeypatch.delenv("XLA_FLAGS", raising=False)
     monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx512"])
-    assert platform.xla_cpu_avx512() and takes_fast_path(dense, params, x)
+    assert platform.xla_cpu_avx512()
+    assert takes_fast_path(dense, params, small) and takes_fast_path(dense, params, large)  # any batch
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_cpu_max_isa=AVX2")  # capped
-    assert not platform.xla_cpu_avx512() and not takes_fast_path(dense, params, x)
+    assert not platform.xla_cpu_avx512()
+    assert takes_fast_path(dense, params, small) and not takes_fast_path(dense, params, large)
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=avx512")
     assert platform.xla_cpu_avx512()
     monkeypatch.delenv("XLA_FLAGS")
-    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])  # an AVX2 host: the plain product
-    assert not platform.dense_fast_path() and not takes_fast_path(dense, params, x)
-    assert takes_fast_path(dense.clone(fast=True), params, x)  # the field still forces it
+    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])  # an AVX2 host
+    rows = cpu_paths.DENSE_FAST_ROWS_AVX2
+    assert platform.dense_fast_path(rows=rows - 1) and not platform.dense_fast_path(rows=rows)
+    assert not platform.dense_fast_path()  # rows unknown
+    assert takes_fast_path(dense, params, small) and not takes_fast_path(dense, params, large)
+    assert takes_fast_path(dense.clone(fast=True), params, large)  # the field still forces it
     with platform.fast_paths(True):  # and so does the switch
-        assert takes_fast_path(dense, params, x)
+        assert takes_fast_path(dense, params, large)
+    with platform.fast_paths(False):
+        assert not takes_fast_path(dense, params, small)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # off XLA:CPU: plain, whatever the rows
+    assert not takes_fast_path(dense, params, small)
+    monkeypatch.undo()
     conv_x = jnp.ones((1, 3, 3, 2))  # the convolution's fast path does not depend on the ISA
+    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])
     conv = Conv3x3(2)
     assert takes_fast_path(conv, conv.init(jax.random.key(0), conv_x), conv_x)
 
