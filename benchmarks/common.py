@@ -127,3 +127,23 @@ def emit(record: dict, out: str | None) -> None:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def add_ppo_config_arguments(parser) -> None:
+    """The flags that choose a PPO config for the scripts that time one (``ppo_config`` reads them back)."""
+    parser.add_argument("--env", default="CartPole-v1")
+    parser.add_argument("--preset", action="store_true", help="start from the env's PPO preset (PPOConfig.for_env)")
+    parser.add_argument("--num-envs", type=int, default=None, help="default: 8, or the preset's")
+    parser.add_argument("--num-steps", type=int, default=None, help="default: 128, or the preset's")
+    parser.add_argument("--torso", default=None, help="auto (convolution for images) or mlp; default: the preset's")
+    parser.add_argument("--hidden-sizes", default=None, help="e.g. 128 or 256,256; default: the preset's")
+
+
+def ppo_config(args):
+    """The ``PPOConfig`` that ``add_ppo_config_arguments``' flags ask for."""
+    from agents.ppo import PPOConfig
+
+    config = PPOConfig.for_env(args.env) if args.preset else PPOConfig()
+    hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
+    return config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
+                                               ("torso", args.torso), ("hidden_sizes", hidden)) if v is not None})

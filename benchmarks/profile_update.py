@@ -39,12 +39,7 @@ from thunks import median_seconds
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--preset", action="store_true", help="start from the env's PPO preset (PPOConfig.for_env)")
-    parser.add_argument("--num-envs", type=int, default=None, help="default: 8, or the preset's")
-    parser.add_argument("--num-steps", type=int, default=None, help="default: 128, or the preset's")
-    parser.add_argument("--torso", default=None, help="auto (convolution for images) or mlp; default: the preset's")
-    parser.add_argument("--hidden-sizes", default=None, help="e.g. 128 or 256,256; default: the preset's")
+    common.add_ppo_config_arguments(parser)
     parser.add_argument("--updates", type=int, default=10, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--kernels", action="store_true", help="also the update's kernels by kind (a profiler trace)")
@@ -58,15 +53,12 @@ def main(argv=None) -> int:
     import thunks
     from agents import advantages as adv
     from agents import shuffle
-    from agents.ppo import PPOConfig, make_ppo
+    from agents.ppo import make_ppo
     from agents.ppo.learner import Batch
     from rlpar import rollout
     from rlpar.program import make_program
 
-    config = PPOConfig.for_env(args.env) if args.preset else PPOConfig()
-    hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
-    config = config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
-                                                 ("torso", args.torso), ("hidden_sizes", hidden)) if v is not None})
+    config = common.ppo_config(args)
     env, env_params = envs.make(args.env)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
     program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
