@@ -241,7 +241,7 @@ def device_keys(key: jax.Array, devices: Sequence) -> jax.Array:
 
 def device_key(key: jax.Array, position: jax.Array, count: int, groups: int = 1) -> jax.Array:
     """Row ``position`` of ``device_keys(key, devices)`` for ``count`` devices, computed inside a program (e.g. an
-    init mapped by ``map_init_at``): the same key, bit for bit. With ``groups``, the key of the device's position in
+    init mapped by ``trace_init_at``): the same key, bit for bit. With ``groups``, the key of the device's position in
     its group among ``count / groups``: each group draws as a run on that many devices would, so a member trained
     by a group of ``K`` devices gets the keys it would get in a ``K``-device run of its own."""
     size = count // groups
@@ -249,7 +249,7 @@ def device_key(key: jax.Array, position: jax.Array, count: int, groups: int = 1)
 
 
 def device_positions(devices: Sequence, groups: int = 1) -> jax.Array:
-    """``[D]`` int32, row ``i`` on ``devices[i]`` holding ``i``: the second argument of a ``map_init_at`` init."""
+    """``[D]`` int32, row ``i`` on ``devices[i]`` holding ``i``: the second argument of a ``trace_init_at`` init."""
     return _shard_rows(np.arange(len(devices), dtype=np.int32), devices, groups)
 
 
@@ -371,29 +371,16 @@ def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, bac
     return init
 
 
-def map_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, backend: str = "pmap",
-                groups: int = 1) -> Callable:
-    """``init(shared, positions)`` -> per-device state mapped over ``devices``, every leaf ``[D, ...]``, for an init
-    that derives its per-device values itself: ``make_init(axis_name)`` returns ``init(shared, position)``, called on
-    each device with ``shared`` whole and ``position`` its index in ``devices`` (an int32 scalar).
-
-    Returns the mapped function, to compile ahead of time (``.lower(shared, device_positions(devices)).compile()``)
-    and call with the same arguments: then nothing but that one program runs, which a cached start needs, in any
-    number of processes (the compiled program takes and returns global arrays). ``groups``: see ``MemberGroups``.
-    """
-    _check_backend_groups(backend, groups)
-    init = make_init(AXIS_NAME)
-    if backend == "shard_map":
-        return _shard_map_init(init, devices, groups)
-    return jax.pmap(init, axis_name=AXIS_NAME, in_axes=(None, 0), devices=devices)
-
-
 def trace_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, positions: Any,
                   groups: int = 1) -> tuple[Any, Any]:
-    """``map_init_at``'s init traced once for these arguments: ``(traced, shapes)``, where ``traced.lower().compile()``
-    is the init program (call it with ``shared`` and ``positions``) and ``shapes`` the state it returns, as
-    ``state_shapes_at`` gives them (``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with their sharding), from the same
-    trace: a run that needs both traces its init once.
+    """An init that derives its per-device values itself, mapped over ``devices`` and traced once for these arguments:
+    ``make_init(axis_name)`` returns ``init(shared, position)``, called on each device with ``shared`` whole and
+    ``position`` its index in ``devices`` (``positions = device_positions(devices, groups)``). Returns ``(traced,
+    shapes)``: ``traced.lower().compile()`` is the init program, to call with ``shared`` and ``positions`` (then
+    nothing but that one program runs, which a cached start needs, in any number of processes: it takes and returns
+    global arrays); ``shapes`` is the state it returns, ``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with their
+    sharding (one row per device), from the same trace: what lowering a step for that state needs before the state
+    exists. ``groups``: see ``MemberGroups``.
 
     The init is ``jit(shard_map)`` whatever the step's backend: it is what ``jax.pmap`` is in the JAX versions this
     project supports (``compile_step``), the state comes out laid out as either backend's step takes it, and unlike
@@ -418,17 +405,6 @@ def _vmapped_devices(init: Callable, num_devices: int, groups: int) -> Callable:
         return jax.tree.map(lambda x: x.reshape((num_devices,) + x.shape[2:]), out)
 
     return all_devices
-
-
-def state_shapes_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any,
-                    groups: int = 1) -> Any:
-    """The state ``map_init_at(make_init, devices, groups=groups)(shared, device_positions(devices))`` would return,
-    as ``jax.ShapeDtypeStruct`` leaves ``[D, ...]`` with its sharding (one row per device), traced, not run or
-    compiled: what lowering a step for that state needs before the state exists."""
-    per_device = _vmapped_devices(make_init(AXIS_NAME), len(devices), groups)
-    shapes = jax.eval_shape(per_device, shared, np.arange(len(devices), dtype=np.int32))
-    sharding = NamedSharding(make_mesh(devices, groups), _row_spec(groups))
-    return jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), shapes)
 
 
 def state_shapes(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, key: jax.Array,
