@@ -110,3 +110,30 @@ def test_without_advantage_normalisation_devices_stay_identical_and_the_update_d
     normalised = run(agents.ppo.SPEC, SMALL, RunConfig(devices=4, log_every=3))
     differences = jax.tree.leaves(jax.tree.map(lambda a, b: float(np.abs(a - b).max()), raw.params, normalised.params))
     assert max(differences) > 1e-6 and all(np.isfinite(differences))
+
+
+@pytest.mark.parametrize("groups", [1, 2])
+def test_trace_init_at_gives_the_compiled_inits_shapes_and_each_device_its_position(groups):
+    """One trace serves both: the shapes (with the row sharding a step is lowered for) are those of the state the
+    compiled init returns, on each backend's mesh; each device computed its own row from its position."""
+    devices = parallel.select_devices(4)
+
+    def make_init(axis_name):
+        def init(shared, position):
+            key = parallel.device_key(jax.random.PRNGKey(shared), position, len(devices), groups)
+            return {"position": position, "draw": jax.random.uniform(key, (3,)), "shared": shared + jnp.zeros(2)}
+
+        return init
+
+    shared, positions = parallel.replicate(np.uint32(7), devices, groups), parallel.device_positions(devices, groups)
+    traced, shapes = parallel.trace_init_at(make_init, devices, shared, positions, groups)
+    state = traced.lower().compile()(shared, positions)
+    for leaf, shape in zip(jax.tree.leaves(state), jax.tree.leaves(shapes)):
+        assert (leaf.shape, leaf.dtype) == (shape.shape, shape.dtype) and leaf.shape[0] == 4
+        assert leaf.sharding.is_equivalent_to(shape.sharding, leaf.ndim)
+    rows = parallel.rows_to_host(state, groups) if groups == 1 else jax.tree.map(np.asarray, state)
+    np.testing.assert_array_equal(rows["position"], np.arange(4))
+    size = 4 // groups
+    expected = [jax.random.uniform(jax.random.split(jax.random.PRNGKey(7), size)[i % size], (3,)) for i in range(4)]
+    np.testing.assert_array_equal(rows["draw"], np.stack(expected))
+    np.testing.assert_array_equal(rows["shared"], np.full((4, 2), 7.0))
