@@ -317,17 +317,17 @@ def _without_leading_axis(tree: Any) -> Any:
     return jax.tree.map(lambda x: x[0], tree)
 
 
-def _shard_map_init(init: Callable, devices: Sequence, groups: int = 1) -> Callable:
+def _shard_map_init(init: Callable, devices: Sequence, groups: int = 1, check_vma: bool = True) -> Callable:
     """``init(shared, row)`` as ``jit(shard_map)``: ``shared`` replicated, per-device rows ``[D, ...]`` (keys, or
-    positions) -> state ``[D, ...]``."""
+    positions) -> state ``[D, ...]``. ``check_vma=False``: without shard_map's per-device type checks, as
+    ``jax.pmap`` maps (some environments' code, JaxMARL's SMAX, fails them)."""
 
     def per_device(shared, row_block):  # [1, ...]: this device's row
         return _leading_axis(init(shared, _without_leading_axis(row_block)))
 
     spec = _row_spec(groups)
-    return jax.jit(
-        jax.shard_map(per_device, mesh=make_mesh(devices, groups), in_specs=(PartitionSpec(), spec), out_specs=spec)
-    )
+    return jax.jit(jax.shard_map(per_device, mesh=make_mesh(devices, groups), in_specs=(PartitionSpec(), spec),
+                                 out_specs=spec, check_vma=check_vma))
 
 
 def _shard_map_step(step: Callable, devices: Sequence, donate: bool, shared: bool, groups: int = 1) -> Callable:
@@ -372,7 +372,7 @@ def map_init(make_init: Callable[[str | None], Callable], devices: Sequence, bac
 
 
 def trace_init_at(make_init: Callable[[str | None], Callable], devices: Sequence, shared: Any, positions: Any,
-                  groups: int = 1) -> tuple[Any, Any]:
+                  groups: int = 1, backend: str = "pmap") -> tuple[Any, Any]:
     """An init that derives its per-device values itself, mapped over ``devices`` and traced once for these arguments:
     ``make_init(axis_name)`` returns ``init(shared, position)``, called on each device with ``shared`` whole and
     ``position`` its index in ``devices`` (``positions = device_positions(devices, groups)``). Returns ``(traced,
@@ -384,9 +384,12 @@ def trace_init_at(make_init: Callable[[str | None], Callable], devices: Sequence
 
     The init is ``jit(shard_map)`` whatever the step's backend: it is what ``jax.pmap`` is in the JAX versions this
     project supports (``compile_step``), the state comes out laid out as either backend's step takes it, and unlike
-    ``jax.pmap`` it has ``trace()``.
+    ``jax.pmap`` it has ``trace()``. With ``backend="pmap"`` it skips shard_map's per-device type checks, as
+    ``jax.pmap`` does, so an init that runs under one runs under the other.
     """
-    traced = _shard_map_init(make_init(AXIS_NAME), devices, groups).trace(shared, positions)
+    _check_backend_groups(backend, groups)
+    traced = _shard_map_init(make_init(AXIS_NAME), devices, groups, check_vma=backend == "shard_map").trace(
+        shared, positions)
     sharding = NamedSharding(make_mesh(devices, groups), _row_spec(groups))
     shapes = jax.tree.map(lambda s: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sharding), traced.out_info)
     return traced, shapes

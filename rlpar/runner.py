@@ -517,14 +517,15 @@ class _Init:
         self.args = (parallel.replicate(np.uint32(config.seed), devices, groups),
                      parallel.device_positions(devices, groups))
         self._make_init = _seeded_init(prepared.make_program, len(devices), groups)
-        self._devices, self._groups = devices, groups
+        self._devices, self._groups, self._backend = devices, groups, run_config.device_backend
         self._lock = threading.Lock()
         self._traced = None
 
     def _trace(self):
         with self._lock:
             if self._traced is None:
-                self._traced = parallel.trace_init_at(self._make_init, self._devices, *self.args, self._groups)
+                self._traced = parallel.trace_init_at(self._make_init, self._devices, *self.args, self._groups,
+                                                      self._backend)
             return self._traced
 
     def compile(self):

@@ -126,7 +126,7 @@ def test_trace_init_at_gives_the_compiled_inits_shapes_and_each_device_its_posit
         return init
 
     shared, positions = parallel.replicate(np.uint32(7), devices, groups), parallel.device_positions(devices, groups)
-    traced, shapes = parallel.trace_init_at(make_init, devices, shared, positions, groups)
+    traced, shapes = parallel.trace_init_at(make_init, devices, shared, positions, groups, "shard_map")
     state = traced.lower().compile()(shared, positions)
     for leaf, shape in zip(jax.tree.leaves(state), jax.tree.leaves(shapes)):
         assert (leaf.shape, leaf.dtype) == (shape.shape, shape.dtype) and leaf.shape[0] == 4
@@ -137,3 +137,21 @@ def test_trace_init_at_gives_the_compiled_inits_shapes_and_each_device_its_posit
     expected = [jax.random.uniform(jax.random.split(jax.random.PRNGKey(7), size)[i % size], (3,)) for i in range(4)]
     np.testing.assert_array_equal(rows["draw"], np.stack(expected))
     np.testing.assert_array_equal(rows["shared"], np.full((4, 2), 7.0))
+
+
+def test_trace_init_at_maps_as_pmap_does_on_the_pmap_backend():
+    """Under pmap an init may return a per-device value from one cond branch and a constant from the other (JaxMARL's
+    SMAX observation code does); shard_map's type check refuses that, so the pmap backend's init runs without it."""
+    devices = parallel.select_devices(2)
+
+    def make_init(axis_name):
+        def init(shared, position):
+            return jax.lax.cond(position > 0, lambda: position.astype(jnp.float32), lambda: jnp.float32(0.0))
+
+        return init
+
+    shared, positions = parallel.replicate(np.uint32(0), devices), parallel.device_positions(devices)
+    traced, _ = parallel.trace_init_at(make_init, devices, shared, positions)
+    np.testing.assert_array_equal(parallel.rows_to_host(traced.lower().compile()(shared, positions)), [0.0, 1.0])
+    with pytest.raises(TypeError, match="cond branches"):
+        parallel.trace_init_at(make_init, devices, shared, positions, backend="shard_map")
