@@ -34,10 +34,30 @@ switch before building and tracing, not between calls of a compiled function.
 
 from __future__ import annotations
 
-from rlpar.cpu_paths import (PLAIN_LAYERS_ENV, cpu_fast_paths, dense_fast_path, fast_paths, install,
-                             plain_layers_requested, resolve, set_fast_paths, xla_cpu_avx512)
+from rlpar.cpu_paths import (PLAIN_LAYERS_ENV, cpu_fast_paths, fast_paths, forced, install, plain_layers_requested,
+                             resolve, set_fast_paths, xla_cpu_avx512)
 
-__all__ = ["PLAIN_LAYERS_ENV", "cpu_fast_paths", "dense_fast_path", "fast_paths", "plain_layers_requested", "resolve",
-           "set_fast_paths", "xla_cpu_avx512"]
+__all__ = ["DENSE_FAST_ROWS_AVX2", "PLAIN_LAYERS_ENV", "cpu_fast_paths", "dense_fast_path", "fast_paths",
+           "plain_layers_requested", "resolve", "set_fast_paths", "xla_cpu_avx512"]
 
 install()  # the threefry lowering follows the same switch
+
+DENSE_FAST_ROWS_AVX2 = 1024  # without AVX-512, Dense's fast path below this many rows (dense_fast_path)
+
+
+def dense_fast_path(platform: str | None = None, rows: int | None = None) -> bool:
+    """Whether ``agents.layers.Dense`` takes its fast path when its ``fast`` field is ``None``, for an input of ``rows``
+    rows (the batch, flattened; ``None``: unknown): ``set_fast_paths`` when set; otherwise the fast paths on
+    (``cpu_fast_paths``) and either XLA:CPU emitting AVX-512 (``xla_cpu_avx512``) or fewer than
+    ``DENSE_FAST_ROWS_AVX2`` rows.
+
+    The fast path (the kernel gradient from an explicitly transposed input) was measured faster on an AVX-512 host
+    (a whole PPO update about 7% faster, ``docs/benchmarks.md``). On an AVX2 host (JAX 0.10.2, whole PPO updates in one
+    process, the two paths in turns, ``benchmarks/dense_paths.py``) the plain layer took 1.00-1.02x the fast path's
+    time with minibatches of 256 rows (CartPole, 8 envs), but 0.91-0.99x with 1,024 (Breakout-MinAtar's 2 x 256 MLP)
+    and 0.90-0.97x with 32,768 (CartPole, 1024 envs): there the fast path is kept for small batches only."""
+    if forced() is not None:
+        return forced()
+    if not cpu_fast_paths(platform):
+        return False
+    return xla_cpu_avx512() or (rows is not None and rows < DENSE_FAST_ROWS_AVX2)

@@ -130,7 +130,7 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 
 def add_ppo_config_arguments(parser) -> None:
-    """The flags that choose a PPO config for the scripts that time one (``ppo_config`` reads them back)."""
+    """The flags that choose a PPO config for the scripts that time one (``ppo_setup`` reads them back)."""
     parser.add_argument("--env", default="CartPole-v1")
     parser.add_argument("--preset", action="store_true", help="start from the env's PPO preset (PPOConfig.for_env)")
     parser.add_argument("--num-envs", type=int, default=None, help="default: 8, or the preset's")
@@ -139,11 +139,24 @@ def add_ppo_config_arguments(parser) -> None:
     parser.add_argument("--hidden-sizes", default=None, help="e.g. 128 or 256,256; default: the preset's")
 
 
-def ppo_config(args):
-    """The ``PPOConfig`` that ``add_ppo_config_arguments``' flags ask for."""
+def ppo_setup(parser, args):
+    """``(PPOConfig, env, env_params)`` for ``add_ppo_config_arguments``' flags; a bad ``--env`` or ``--hidden-sizes``
+    is the parser's one-line error, before anything compiles."""
+    import envs
     from agents.ppo import PPOConfig
 
+    try:
+        hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
+    except ValueError:
+        hidden = ()
+    if hidden is not None and (not hidden or min(hidden) < 1):
+        parser.error(f"--hidden-sizes={args.hidden_sizes!r}: expected positive integers separated by commas, e.g. "
+                     "256,256")
+    try:
+        env, env_params = envs.make(args.env)
+    except ValueError as error:
+        parser.error(f"--env: {error}")
     config = PPOConfig.for_env(args.env) if args.preset else PPOConfig()
-    hidden = tuple(int(h) for h in args.hidden_sizes.split(",")) if args.hidden_sizes else None
-    return config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
+    config = config.replace(**{k: v for k, v in (("num_envs", args.num_envs), ("num_steps", args.num_steps),
                                                ("torso", args.torso), ("hidden_sizes", hidden)) if v is not None})
+    return config, env, env_params

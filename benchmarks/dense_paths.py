@@ -39,13 +39,11 @@ def main(argv=None) -> int:
 
     import jax
 
-    import envs
     from agents import platform
     from agents.ppo import make_ppo
     from rlpar.program import make_program
 
-    config = common.ppo_config(args)
-    env, env_params = envs.make(args.env)
+    config, env, env_params = common.ppo_setup(parser, args)
     programs = {}
     for path, fast in (("fast", True), ("plain", False)):
         common.say(f"compiling {args.updates} updates with every Dense on its {path} path")

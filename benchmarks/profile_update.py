@@ -49,7 +49,6 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    import envs
     import thunks
     from agents import advantages as adv
     from agents import shuffle
@@ -58,8 +57,7 @@ def main(argv=None) -> int:
     from rlpar import rollout
     from rlpar.program import make_program
 
-    config = common.ppo_config(args)
-    env, env_params = envs.make(args.env)
+    config, env, env_params = common.ppo_setup(parser, args)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
     program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
     state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))  # TrainState(agent: PPOState, rollout)

@@ -45,6 +45,11 @@ _FALSE = ("", "0", "false", "no", "off")
 _override: bool | None = None  # set_fast_paths / fast_paths; None: decide by environment variable and platform
 
 
+def forced() -> bool | None:
+    """What ``set_fast_paths``/``fast_paths`` asked for (``None``: nothing; the environment and platform decide)."""
+    return _override
+
+
 def set_fast_paths(enabled: bool | None) -> None:
     """Force the fast paths on (``True``) or off (``False``) for everything traced from now on; ``None`` undoes it."""
     global _override
@@ -116,27 +121,6 @@ def _cpu_flags() -> frozenset[str]:
     except OSError:
         pass
     return frozenset()
-
-
-DENSE_FAST_ROWS_AVX2 = 1024  # without AVX-512, Dense's fast path below this many rows (dense_fast_path)
-
-
-def dense_fast_path(platform: str | None = None, rows: int | None = None) -> bool:
-    """Whether ``agents.layers.Dense`` takes its fast path when its ``fast`` field is ``None``, for an input of ``rows``
-    rows (the batch, flattened; ``None``: unknown): ``set_fast_paths`` when set; otherwise the fast paths on
-    (``cpu_fast_paths``) and either XLA:CPU emitting AVX-512 (``xla_cpu_avx512``) or fewer than
-    ``DENSE_FAST_ROWS_AVX2`` rows.
-
-    The fast path (the kernel gradient from an explicitly transposed input) was measured faster on an AVX-512 host
-    (a whole PPO update about 7% faster, ``docs/benchmarks.md``). On an AVX2 host (JAX 0.10.2, whole PPO updates in one
-    process, the two paths in turns, ``benchmarks/dense_paths.py``) the plain layer took 1.00-1.02x the fast path's
-    time with minibatches of 256 rows (CartPole, 8 envs), but 0.91-0.99x with 1,024 (Breakout-MinAtar's 2 x 256 MLP)
-    and 0.93-0.97x with 32,768 (CartPole, 1024 envs): there the fast path is kept for small batches only."""
-    if _override is not None:
-        return _override
-    if not cpu_fast_paths(platform):
-        return False
-    return xla_cpu_avx512() or (rows is not None and rows < DENSE_FAST_ROWS_AVX2)
 
 
 _installed = False

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +27,10 @@ def test_both_paths_timed_and_recorded(tmp_path):
     assert "plain / fast" in proc.stderr
 
 
-def test_bad_counts_are_one_line():
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dense_paths.py"), "--rounds", "0"], cwd=REPO,
+@pytest.mark.parametrize("flags,message", [(["--rounds", "0"], "--rounds=0: must be at least 1"),
+                                           (["--env", "Nope"], "--env: unknown env 'Nope'"),
+                                           (["--hidden-sizes", "8,x"], "--hidden-sizes='8,x': expected positive")])
+def test_bad_input_is_one_line(tmp_path, flags, message):
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "dense_paths.py"), *flags], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 2 and "--rounds=0: must be at least 1" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr

@@ -117,7 +117,7 @@ def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
     assert platform.xla_cpu_avx512()
     monkeypatch.delenv("XLA_FLAGS")
     monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])  # an AVX2 host
-    rows = cpu_paths.DENSE_FAST_ROWS_AVX2
+    rows = platform.DENSE_FAST_ROWS_AVX2
     assert platform.dense_fast_path(rows=rows - 1) and not platform.dense_fast_path(rows=rows)
     assert not platform.dense_fast_path()  # rows unknown
     assert takes_fast_path(dense, params, small) and not takes_fast_path(dense, params, large)
@@ -126,11 +126,10 @@ def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
         assert takes_fast_path(dense, params, large)
     with platform.fast_paths(False):
         assert not takes_fast_path(dense, params, small)
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")  # off XLA:CPU: plain, whatever the rows
-    assert not takes_fast_path(dense, params, small)
-    monkeypatch.undo()
-    conv_x = jnp.ones((1, 3, 3, 2))  # the convolution's fast path does not depend on the ISA
-    monkeypatch.setattr(cpu_paths, "_cpu_flags", lambda: flags["avx2"])
+    with monkeypatch.context() as patch:
+        patch.setattr(jax, "default_backend", lambda: "gpu")  # off XLA:CPU: plain, whatever the rows
+        assert not takes_fast_path(dense, params, small)
+    conv_x = jnp.ones((1, 3, 3, 2))  # the convolution's fast path does not depend on the ISA (AVX2 here)
     conv = Conv3x3(2)
     assert takes_fast_path(conv, conv.init(jax.random.key(0), conv_x), conv_x)
 
