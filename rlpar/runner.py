@@ -498,13 +498,26 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
     return checkpoints, restored, logger
 
 
-# The init runs once, beside the chunk program's compilation (its own thread): at XLA's backend optimisation level 0
-# it compiles in about half the CPU time (0.6 s instead of 1.4 s on the CartPole preset, 2-core CPU), which the chunk
-# program gets instead; the README command's cold wall time fell from 15.5 s to 13.8 s (medians of 3 runs). Its
-# floats may differ from an optimised build's in the last bit (the orthogonal initialiser's arithmetic), so initial
-# parameters differ by ~1e-7 from those of rlpar before this change, and from an init jitted by hand at default
-# options; they are the same on every device, in every run and process.
+# The init runs once, beside the chunk program's compilation (its own thread), so its compiler options buy compile
+# time, not speed: XLA's backend optimisation level 0 (the init's compile CPU on the CartPole preset 1.4 s -> 0.6 s on
+# a 2-core host; its floats may differ from an optimised build's in the last bit, the orthogonal initialiser's
+# arithmetic), and on XLA:CPU the older elemental emitters instead of the MLIR fusion emitters (PPO CartPole 1.25 ->
+# 0.54 s of compile CPU, PQN 0.95 -> 0.37 s, SAC 1.45-2.07 -> 0.66-0.74 s; the same state bit for bit:
+# docs/benchmarks.md, 2026-12-05). The initial state is the same on every device, in every run and process.
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+INIT_CPU_COMPILER_OPTIONS = {**INIT_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}
+
+
+def compile_init(lowered, platform: str):
+    """``lowered.compile`` with the init's options for ``platform`` (above); where this XLA lacks the CPU option
+    (``No such compile option``), with the platform-independent ones."""
+    if platform == "cpu":
+        try:
+            return lowered.compile(INIT_CPU_COMPILER_OPTIONS)
+        except jax.errors.JaxRuntimeError as err:
+            if "No such compile option" not in str(err):
+                raise
+    return lowered.compile(INIT_COMPILER_OPTIONS)
 
 
 class _Init:
@@ -530,7 +543,8 @@ class _Init:
 
     def compile(self):
         with cpu_paths.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.cpu_paths)
-            return self._trace()[0].lower().compile(INIT_COMPILER_OPTIONS)
+            lowered = self._trace()[0].lower()
+        return compile_init(lowered, self._devices[0].platform)
 
     def shapes(self):
         """The initial state's shapes and shardings, for lowering the chunk program before the state exists."""
