@@ -486,17 +486,22 @@ def replicate(tree: Any, devices: Sequence, groups: int = 1) -> Any:
 
 
 def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *, shared: Any = None,
-                 backend: str = "pmap", donate: bool = True, groups: int = 1) -> Callable:
+                 backend: str = "pmap", donate: bool = True, groups: int = 1,
+                 lowered: Callable[[], None] | None = None) -> Callable:
     """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it) and, if given, an example
     ``shared`` argument (as ``replicate`` places it): ``step(state[, shared]) -> (state, metrics)`` on global
-    arrays, for either backend and any number of processes.
+    arrays, for either backend and any number of processes. ``lowered()``, if given, is called between lowering
+    and XLA's compile (which holds no Python lock: the runner starts the init's lowering there).
 
     In a multi-process run this is how to run a step. A plain call of a multi-process ``jax.pmap`` expects and
     returns only this process's rows; its compiled program (pmap is ``jit`` over ``shard_map`` in the JAX versions
     this project supports, ``jax/_src/pmap.py``) takes the global arrays as they are, like the shard_map backend's.
     """
     mapped = map_step(make_step, devices, donate=donate, backend=backend, shared=shared is not None, groups=groups)
-    return (mapped.lower(state) if shared is None else mapped.lower(state, shared)).compile()
+    program = mapped.lower(state) if shared is None else mapped.lower(state, shared)
+    if lowered is not None:
+        lowered()
+    return program.compile()
 
 
 def replicas(tree: Any) -> list[Any]:

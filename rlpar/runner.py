@@ -330,16 +330,28 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
         state = _initial_state(prepared, config, run_config, restored)
         compiled, compile_s = _compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
         return compiled, compile_s, state
-    # the init compiles (its XLA part without the GIL) while the chunk program is traced and lowered. Tracing imports
-    # modules on first use, and two threads importing one module can deadlock: Python's import locks raised
-    # _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set up, for the
-    # orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread starts.
+    # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
+    # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
+    # lowered beside the chunk's tracing instead, the two threads took turns with the GIL (docs/benchmarks.md,
+    # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: Python's
+    # import locks raised _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set
+    # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread.
     program_cache.initialize_lapack()
-    init = _Init(prepared, config, run_config)  # traced once, by whichever thread asks first
+    init = _Init(prepared, config, run_config)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
-        pending = pool.submit(_initial_state, prepared, config, run_config, None, init)
-        compiled, compile_s = _compile(prepared, run_config, init.shapes, schedule, max_updates, hooks)
-        return compiled, compile_s, pending.result()
+        pending = []
+
+        def start_init():
+            if not pending:
+                pending.append(pool.submit(_initial_state, prepared, config, run_config, None, init))
+
+        def initial_state():
+            start_init()  # where the chunk program came whole from rlpar's cache, nothing was lowered
+            return pending[0].result()
+
+        compiled, compile_s = _compile(prepared, run_config, init.shapes, schedule, max_updates, hooks, start_init,
+                                       initial_state)
+        return compiled, compile_s, initial_state()
 
 
 def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None) -> _Prepared:
@@ -522,8 +534,8 @@ def compile_init(lowered, platform: str):
 
 class _Init:
     """The run's init program (``_seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
-    use, under a lock: the init's thread lowers it, and the chunk program's lowering needs the state's shapes, which
-    come from the same trace (a separate ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole)."""
+    use, under a lock: the chunk program's lowering needs the state's shapes, which come from that trace (a separate
+    ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole), and the init's thread lowers it."""
 
     def __init__(self, prepared: _Prepared, config, run_config: RunConfig):
         devices, groups = prepared.devices, run_config.population_devices
@@ -593,9 +605,12 @@ def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> pro
 
 
 def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
-             max_updates: int, hooks: Hooks):
+             max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
+             wait: Callable[[], Any] | None = None):
     """The run's one program (``program.make_chunk``): any chunk length up to ``max_updates``, evaluation in it.
-    ``state()``: the state it runs on, or its shapes and shardings (called only when the program is compiled)."""
+    ``state()``: the state it runs on, or its shapes and shardings (called only when the program is compiled);
+    ``lowered()``: called once it is lowered, before XLA compiles it (not when it is loaded whole); ``wait()``: what
+    else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
     if hooks.on_status:
@@ -612,8 +627,11 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
     compiled, loaded = program_cache.load_or_compile(
         f"chunk of {max_updates}", lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
-                                                                 backend=run_config.device_backend, groups=groups),
+                                                                 backend=run_config.device_backend, groups=groups,
+                                                                 lowered=lowered),
         prepared.programs)
+    if wait is not None:
+        wait()
     compile_s = time.perf_counter() - start
     if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.program_cache
         hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
