@@ -5,9 +5,10 @@ Every device keeps its own buffer of its own environments' transitions, in the a
 resumed runs include it), and samples its own minibatch; the learner ``pmean``-s the gradient, so with equal
 minibatch sizes the update every device applies is one device's update on the union of the minibatches.
 
-The buffer is flashbax's item buffer (``flashbax.make_item_buffer``): pure ``init``, ``add`` and ``sample`` functions
-over a pytree state, which run unchanged under ``jax.pmap``, ``jax.shard_map`` and ``jax.vmap`` over seeds. It is a
-ring of ``capacity`` transitions; ``sample`` draws uniformly with replacement from those stored.
+The buffer is flashbax's item buffer (``flashbax.make_item_buffer``): pure ``init`` and ``add`` functions over a pytree
+state, which run unchanged under ``jax.pmap``, ``jax.shard_map`` and ``jax.vmap`` over seeds. It is a ring of
+``capacity`` transitions; minibatches are drawn uniformly with replacement from those stored, their positions for all
+of an update's gradient steps at once (``Replay.positions``, then ``Replay.take`` per step: ``gradient_steps``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ class Replay(NamedTuple):
     add: Callable[[Any, Any], Any]  # (state, items [N, ...]) -> state; the oldest items are overwritten when full
     sample: Callable[[Any, jax.Array], Any]  # (state, key) -> items [sample_size, ...], uniform with replacement
     size: Callable[[Any], jax.Array]  # state -> int32 items stored (at most capacity)
+    # (state, key, n) -> int32 [n, sample_size]: n minibatches' positions in the ring, uniform over the stored items
+    positions: Callable[[Any, jax.Array, int], jax.Array]
+    take: Callable[[Any, jax.Array], Any]  # (state, positions [sample_size]) -> items [sample_size, ...]
+    sample_size: int
 
 
 def make_replay(capacity: int, sample_size: int) -> Replay:
@@ -123,8 +128,15 @@ def make_replay(capacity: int, sample_size: int) -> Replay:
     def size(state) -> jax.Array:
         return jnp.where(state.is_full, capacity, state.current_index).astype(jnp.int32)
 
-    return Replay(init=buffer.init, add=buffer.add, sample=lambda state, key: buffer.sample(state, key).experience,
-                  size=size)
+    def positions(state, key: jax.Array, n: int) -> jax.Array:
+        # the stored items fill positions [0, size): the ring is full, or filled from 0 and not yet wrapped
+        return jax.random.randint(key, (n, sample_size), 0, size(state))
+
+    def take(state, at: jax.Array):
+        return jax.tree.map(lambda x: x[0, at], state.experience)
+
+    return Replay(init=buffer.init, add=buffer.add, sample=lambda state, key: take(state, positions(state, key, 1)[0]),
+                  size=size, positions=positions, take=take, sample_size=sample_size)
 
 
 def device_replay(config: ReplayConfig, axis_name: str | None) -> Replay:
@@ -136,17 +148,27 @@ def device_replay(config: ReplayConfig, axis_name: str | None) -> Replay:
 
 
 def gradient_steps(step: Callable, carry: Any, replay: Replay, buffer: Any, key: jax.Array, num_steps: int,
-                   learning: jax.Array) -> tuple[Any, Any]:
-    """``num_steps`` calls of ``step(carry, minibatch, key) -> (carry, info)``, each on a minibatch sampled from
+                   learning: jax.Array, draw: Callable[[jax.Array, int], Any] | None = None) -> tuple[Any, Any]:
+    """``num_steps`` calls of ``step(carry, minibatch, drawn) -> (carry, info)``, each on a minibatch sampled from
     ``buffer``, when ``learning`` (a bool scalar, the same on every device); otherwise ``carry`` as it is (the
-    warm-up). Returns the carry and ``info`` averaged over the steps (zeros when not learning)."""
+    warm-up). Returns the carry and ``info`` averaged over the steps (zeros when not learning).
+
+    ``drawn`` is the step's slice of ``draw(key, num_steps)`` (leaves ``[num_steps, ...]``: the random values every
+    step needs, drawn for all of them at once), or the step's own key without ``draw``. Every draw happens before the
+    loop, the minibatches' positions too: drawn inside it, on XLA:CPU, a draw was recomputed in every kernel that
+    used it (XLA's fusion copies a chain of elementwise ops into each consumer: SAC's action noise went into 18
+    kernels a step), and SAC's gradient steps ran 9% slower in a program 29% larger (docs/benchmarks.md, 2026-12-05).
+    """
 
     def learn(carry):
-        def one(c, k):
-            key_sample, key_step = jax.random.split(k)
-            return step(c, replay.sample(buffer, key_sample), key_step)
+        key_positions, key_steps = jax.random.split(key)
+        at = replay.positions(buffer, key_positions, num_steps)
+        drawn = jax.random.split(key_steps, num_steps) if draw is None else draw(key_steps, num_steps)
 
-        carry, infos = jax.lax.scan(one, carry, jax.random.split(key, num_steps))
+        def one(c, xs):
+            return step(c, replay.take(buffer, xs[0]), xs[1])
+
+        carry, infos = jax.lax.scan(one, carry, (at, drawn))
         return carry, jax.tree.map(lambda x: jnp.mean(x, axis=0), infos)
 
     # jitted so that it is traced once: ``wait`` needs the shapes of its info, and ``jax.eval_shape`` of the same

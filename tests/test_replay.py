@@ -2,6 +2,7 @@
 buffer, target updates, warm-up, the replay config's checks, and the buffer under both device backends."""
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -74,6 +75,55 @@ def test_gradient_steps_wait_during_warm_up_and_average_the_steps_otherwise():
     assert int(count) == 3 and float(info["reward"]) == pytest.approx((0 + 1 + 2) / 3)
     count, info = gradient_steps(step, jnp.int32(0), replay, buffer, jax.random.PRNGKey(0), 3, jnp.bool_(False))
     assert int(count) == 0 and float(info["reward"]) == 0.0
+
+
+def test_positions_are_uniform_over_the_stored_items_and_take_returns_them_whole():
+    replay = make_replay(capacity=8, sample_size=4)
+    state = replay.add(replay.init(jax.tree.map(lambda x: x[0], _items([0.0]))), _items(range(5)))
+    at = np.asarray(replay.positions(state, jax.random.PRNGKey(1), 2000))
+    assert at.shape == (2000, 4) and at.dtype == np.int32
+    counts = np.bincount(at.ravel(), minlength=8)
+    assert counts[5:].sum() == 0  # never an empty place
+    assert counts[:5].min() > 0.8 * 8000 / 5 and counts[:5].max() < 1.2 * 8000 / 5  # about 1,600 each
+    items = replay.take(state, jnp.array([4, 0, 4, 2]))
+    np.testing.assert_array_equal(items.reward, [4, 0, 4, 2])
+    np.testing.assert_array_equal(items.obs[:, 0], items.reward)
+    state = replay.add(state, _items(range(5, 12)))  # wrapped: every place holds an item
+    assert set(np.asarray(replay.positions(state, jax.random.PRNGKey(2), 200)).ravel().tolist()) == set(range(8))
+
+
+def test_gradient_steps_draw_before_their_loop_and_hand_each_step_its_slice():
+    replay = make_replay(capacity=16, sample_size=3)
+    buffer = replay.add(replay.init(jax.tree.map(lambda x: x[0], _items([0.0]))), _items(range(16)))
+    draw = lambda key, n: {"noise": jax.random.normal(key, (n, 2)), "step": jnp.arange(n)}
+
+    def step(count, batch, drawn):
+        return count + 1, {"step": drawn["step"], "noise": drawn["noise"], "reward": batch.reward}
+
+    def run(key):
+        return gradient_steps(step, jnp.int32(0), replay, buffer, key, 5, jnp.bool_(True), draw)
+
+    count, info = run(jax.random.PRNGKey(0))
+    assert int(count) == 5
+    assert float(info["step"]) == pytest.approx(2.0)  # the mean of steps 0..4: each got its own slice
+    # the same draws, made by hand: positions and then the steps' values, from the halves of one split
+    key_positions, key_steps = jax.random.split(jax.random.PRNGKey(0))
+    np.testing.assert_allclose(info["noise"], jnp.mean(draw(key_steps, 5)["noise"], axis=0), rtol=1e-6)
+    expected = jnp.mean(replay.positions(buffer, key_positions, 5).astype(jnp.float32), axis=0)
+    np.testing.assert_allclose(info["reward"], expected, rtol=1e-6)  # item i holds reward i
+    # nothing random is drawn inside the steps' loop
+    jaxpr = jax.make_jaxpr(run)(jax.random.PRNGKey(0))
+    bodies = [e.params["jaxpr"] for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "scan"]
+    assert bodies and not any(e.primitive.name in ("random_bits", "threefry2x32", "random_split", "random_wrap")
+                              for body in bodies for e in _eqns(body.jaxpr))
+
+
+def _eqns(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs inside it."""
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from _eqns(sub)
 
 
 @pytest.mark.parametrize("changes, devices, message", [

@@ -129,8 +129,8 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         squashed, log_prob = squashed_gaussian(noise, mean, log_std, log_scale)
         return to_env(squashed), log_prob
 
-    def noise_for(obs, key, *lead):
-        return jax.random.normal(key, (*lead, *obs.shape[:-1], action_dim), jnp.float32)
+    def noise_for(obs, key):
+        return jax.random.normal(key, (*obs.shape[:-1], action_dim), jnp.float32)
 
     def act(state: SACState, carry, obs, key):
         key_policy, key_uniform = jax.random.split(key)
@@ -177,9 +177,9 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         updates, opt_state = part_tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    def gradient_step(carry: Learning, batch: ReplayItem, key) -> tuple[Learning, LossInfo]:
+    def gradient_step(carry: Learning, batch: ReplayItem, noise: jax.Array) -> tuple[Learning, LossInfo]:
         params, opt_state = carry.params, carry.opt_state
-        grads, info = grad(params, carry.target_critic, batch, noise_for(batch.obs, key, 2))
+        grads, info = grad(params, carry.target_critic, batch, noise)
         actor_params, actor_opt = adam_step(tx.actor, grads.actor, opt_state.actor, params.actor)
         critic_params, critic_opt = adam_step(tx.critic, grads.critic, opt_state.critic, params.critic)
         log_alpha, alpha_opt = adam_step(tx.alpha, grads.log_alpha, opt_state.alpha, params.log_alpha)
@@ -194,9 +194,11 @@ def make_sac(config: SACConfig, env, env_params, num_envs: int, axis_name: str |
         buffer = replay.add(state.buffer, replay_lib.transitions(experience))
         updates = state.updates + 1
         key, key_steps = jax.random.split(state.key)
+        # every step's noise [steps, 2, N, d] (at s' and at s) drawn at once, before the steps' loop
+        draw = lambda k, n: jax.random.normal(k, (n, 2, replay.sample_size, action_dim), jnp.float32)
         learned, info = replay_lib.gradient_steps(
             gradient_step, Learning(state.params, state.target_critic, state.opt_state, state.steps), replay,
-            buffer, key_steps, config.gradient_steps, updates >= config.first_learning_update)
+            buffer, key_steps, config.gradient_steps, updates >= config.first_learning_update, draw)
         metrics = pmean({"loss/total": info.total, "loss/critic": info.critic, "loss/actor": info.actor,
                          "loss/alpha": info.alpha_loss, "sac/alpha": info.alpha, "sac/entropy": info.entropy,
                          "q/mean": info.q}, axis_name)  # one collective for all steps' statistics
