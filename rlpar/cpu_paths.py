@@ -132,7 +132,8 @@ def rolled_threefry() -> Iterator[None]:
     """Inside the block, in this thread only, threefry is lowered as JAX's rolled loop whatever the switch says: for
     a program that runs once, whose compilation the unrolled rounds lengthen more than they shorten its run (PPO's
     init on CartPole: 2.0 s of compile CPU unrolled, 1.25 s rolled). Thread-local because the runner lowers the init
-    in a thread of its own while the main thread lowers the chunk program. Same values either way."""
+    in a thread of its own while the main thread may be lowering or compiling another program. Same values either
+    way."""
     previous = getattr(_thread, "rolled", False)
     _thread.rolled = True
     try:

@@ -265,6 +265,11 @@ def _path(program_key: str) -> Path:
     return _directory[0] / (program_key + SUFFIX)
 
 
+def stored(program: str, snap: Snapshot | None) -> bool:
+    """Whether ``load_or_compile(program, ..., snap)`` finds the program on disk (loading it may still fail)."""
+    return snap is not None and _directory[0] is not None and _path(snap.key(program)).is_file()
+
+
 def load(program_key: str | None, devices: list):
     """The ``jax.stages.Compiled`` stored under ``program_key``, or ``None`` (none stored, caching off, unreadable)."""
     if program_key is None or _directory[0] is None:

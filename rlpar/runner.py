@@ -230,7 +230,7 @@ class TrainResult(NamedTuple):
     params: Any  # final parameters, device 0's copy as host numpy (identical on every device); [S, ...] with slots
     metrics: list[dict]  # one dict per logged chunk of updates, as in metrics.jsonl (plus timing)
     state: program.TrainState  # final per-device training state (on the devices), every leaf [D, ...]
-    compile_s: float  # seconds spent compiling the update program
+    compile_s: float  # seconds spent compiling (or loading) the update program, and the init beside it
 
 
 class Interrupted(Exception):
@@ -346,7 +346,7 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
                 pending.append(pool.submit(_initial_state, prepared, config, run_config, None, init))
 
         def initial_state():
-            start_init()  # where the chunk program came whole from rlpar's cache, nothing was lowered
+            start_init()  # a finished run resumed has no chunk program to lower or load
             return pending[0].result()
 
         compiled, compile_s = _compile(prepared, run_config, init.shapes, schedule, max_updates, hooks, start_init,
@@ -609,7 +609,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
              wait: Callable[[], Any] | None = None):
     """The run's one program (``program.make_chunk``): any chunk length up to ``max_updates``, evaluation in it.
     ``state()``: the state it runs on, or its shapes and shardings (called only when the program is compiled);
-    ``lowered()``: called once it is lowered, before XLA compiles it (not when it is loaded whole); ``wait()``: what
+    ``lowered()``: called once it is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``: what
     else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
@@ -625,8 +625,11 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
         return program.make_chunk(built._replace(update=checked), max_updates)
 
     example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
+    name = f"chunk of {max_updates}"
+    if lowered is not None and program_cache.stored(name, prepared.programs):
+        lowered()  # it will be loaded whole: what waits for its lowering (the init) starts beside the load
     compiled, loaded = program_cache.load_or_compile(
-        f"chunk of {max_updates}", lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
+        name, lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
                                                                  backend=run_config.device_backend, groups=groups,
                                                                  lowered=lowered),
         prepared.programs)

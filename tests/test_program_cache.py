@@ -47,8 +47,11 @@ def test_a_stored_program_is_loaded_and_computes_the_same(cache_dir):
     x = jnp.arange(6.0)
     compile, calls = _compiler(lambda v: jnp.cumsum(v) * 2.0, x)
     snap = _snapshot()  # taken once, before compiling, as the runner does
+    assert not program_cache.stored("p", snap)
     first, loaded = program_cache.load_or_compile("p", compile, snap)
     assert not loaded and len(calls) == 1 and len(list(cache_dir.glob("*.program"))) == 1
+    assert program_cache.stored("p", snap) and not program_cache.stored("q", snap)
+    assert not program_cache.stored("p", None)  # not cacheable
     second, loaded = program_cache.load_or_compile("p", compile, snap)
     assert loaded and len(calls) == 1  # not compiled again
     np.testing.assert_array_equal(np.asarray(second(x)), [0, 2, 6, 12, 20, 30])
