@@ -21,6 +21,9 @@ class NonFiniteError(RuntimeError):
     """Training produced a non-finite loss or parameter; the run stopped before logging or saving it."""
 
 
+_OWN_REDUCTION = 1 << 16  # elements from which a leaf is reduced on its own (all_finite)
+
+
 def all_finite(tree: Any) -> jax.Array:
     """``True`` (a scalar bool array) when every inexact leaf of ``tree`` is finite; integer leaves are ignored.
 
@@ -40,9 +43,6 @@ def all_finite(tree: Any) -> jax.Array:
             small.setdefault(x.dtype, []).append(jnp.ravel(x))
     flags += [jnp.all(jnp.isfinite(jnp.concatenate(xs))) for xs in small.values()]
     return functools.reduce(jnp.logical_and, flags) if flags else jnp.bool_(True)
-
-
-_OWN_REDUCTION = 1 << 16  # elements from which a leaf is reduced on its own (all_finite)
 
 
 def with_finite_flag(update: Callable[[Any], tuple[Any, dict]],

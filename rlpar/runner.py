@@ -346,7 +346,7 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
                 pending.append(pool.submit(_initial_state, prepared, config, run_config, None, init))
 
         def initial_state():
-            start_init()  # a finished run resumed has no chunk program to lower or load
+            start_init()  # a no-op once started; _compile starts it unless it returns with nothing to build
             return pending[0].result()
 
         compiled, compile_s = _compile(prepared, run_config, init.shapes, schedule, max_updates, hooks, start_init,

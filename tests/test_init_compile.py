@@ -46,7 +46,7 @@ def test_any_other_compile_error_is_raised():
     assert len(lowered.calls) == 1
 
 
-def test_this_jax_takes_the_options_and_the_state_is_a_default_compiles():
+def test_this_jax_takes_the_options_and_the_state_matches_a_default_compile():
     run_config = RunConfig(env="CartPole-v1", eval_every=0)
     prepared = runner._prepare(agents.ppo.SPEC, CONFIG, run_config, None, None)
     init = runner._Init(prepared, CONFIG, run_config)
