@@ -94,10 +94,12 @@ def main(argv=None) -> int:
                   flat(advantage), flat(target))
     n = config.batch_size  # one update's batch on this device
 
-    def shuffles(key, batch):  # as PPO.fit draws and gathers them: every epoch's permutation, the batch in that order
-        perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
-        gathered = [jax.tree.map(lambda x: jnp.take(x, perm, axis=0), batch) for perm in perms]  # one per epoch
-        return gathered, batch.advantage[perms]
+    block = shuffle.block_size(n, config.num_envs, config.num_minibatches)
+
+    def shuffles(key, batch):  # as PPO.fit draws and gathers them: every epoch's order, the batch in that order
+        orders = shuffle.epoch_orders(key, n, config.update_epochs, block)
+        return [jax.tree.map(lambda x: shuffle.minibatches(x, order, config.num_minibatches, block), batch)
+                for order in orders]  # one per epoch
 
     progress.start("compiling and timing the shuffles")
     times["shuffles"] = median_seconds(jax.jit(shuffles), jax.random.PRNGKey(3), batch, repeats=repeats)
@@ -105,7 +107,7 @@ def main(argv=None) -> int:
     def fit(carry, batch):
         params, opt_state, key = carry
         key, key_fit = jax.random.split(key)
-        params, opt_state, _ = ppo.fit(params, opt_state, batch, key_fit)
+        params, opt_state, _ = ppo.fit(params, opt_state, batch, key_fit, step_rows=config.num_envs)
         return params, opt_state, key
 
     steps = config.update_epochs * config.num_minibatches

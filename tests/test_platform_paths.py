@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import envs
-from agents import platform
+from agents import platform, shuffle
 from agents.networks import ActorCritic, make_network
 from agents.ppo import PPOConfig, make_ppo
 from tests.helpers import random_batch
@@ -14,7 +14,8 @@ from tests.helpers import random_batch
 def _fit(fast: bool):
     env, env_params = envs.make("CartPole-v1")
     config = PPOConfig(num_envs=4, num_steps=16, num_minibatches=2, update_epochs=2)
-    with platform.fast_paths(fast):
+    # the same permutations on both (the plain path's own choice is the sort: agents.shuffle.method)
+    with platform.fast_paths(fast), shuffle.using("feistel"):
         ppo = make_ppo(config, env, env_params, 4)
         state = ppo.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
         batch = random_batch(jax.random.PRNGKey(2), 64)

@@ -17,7 +17,7 @@ import pytest
 
 import agents.pqn as pqn
 import envs
-from agents import platform
+from agents import platform, shuffle
 from agents.pqn import Batch, PQNConfig, make_pqn
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
 from agents.spaces import discrete_actions
@@ -275,7 +275,7 @@ def test_plain_and_fast_paths_give_the_same_update():
                   jax.random.normal(keys[2], (32,)))
     results = []
     for fast in (True, False):
-        with platform.fast_paths(fast):
+        with platform.fast_paths(fast), shuffle.using("feistel"):  # the same permutations on both
             agent = make_pqn(config, env, env_params, 4)
             state = agent.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
             results.append(jax.jit(agent.fit)(state.params, state.opt_state, batch, keys[3])[:2])

@@ -52,3 +52,17 @@ def test_policy_learns_the_rewarded_action():
     actions = np.asarray(actions)
     np.testing.assert_array_equal(actions, [1, 0])
     assert result.metrics[-1]["episode_return"] > 0.95
+
+
+def test_the_accelerators_layout_learns_the_probes(monkeypatch):
+    """What a GPU or TPU runs (agents.platform's plain layers, agents.shuffle's sorted permutation of blocks of rows
+    of one step), forced on this CPU: the value and the policy reach the probes' known answers."""
+    from agents import shuffle
+
+    monkeypatch.setenv("RLPAR_PLAIN_LAYERS", "1")
+    with shuffle.using(None, 4):  # blocks of 4 of each device's 4 envs per step
+        assert shuffle.method() == "sort" and shuffle.block_size(64, 4, 2) == 4
+        result, ppo = _train("Probe-ObsReward-v0")
+        np.testing.assert_allclose(_value(ppo, result.params, [[1.0], [-1.0]]), [1.0, -1.0], atol=0.1)
+        result, ppo = _train("Probe-Policy-v0")
+        assert result.metrics[-1]["episode_return"] > 0.95

@@ -1,15 +1,31 @@
-"""agents.shuffle.permutation: a permutation of range(n) for every n, each element equally likely at each position."""
+"""agents.shuffle: a permutation of range(n) for every n by either method, each element equally likely at each
+position; minibatches of blocks that use every row once per epoch."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.shuffle import permutation
+from agents import shuffle
+
+METHODS = pytest.mark.parametrize("method", shuffle.METHODS)
 
 
+def permutation(key, n):
+    return shuffle.permutation(key, n)
+
+
+@pytest.fixture(autouse=True)
+def _method(request):
+    """Tests parametrized by ``method`` trace under it; the others under the platform's choice."""
+    method = request.node.callspec.params.get("method") if hasattr(request.node, "callspec") else None
+    with shuffle.using(method):
+        yield
+
+
+@METHODS
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 7, 8, 10, 100, 1000, 1024, 1025, 4097])
-def test_a_permutation_for_every_size(n):
+def test_a_permutation_for_every_size(n, method):
     perms = jax.jit(jax.vmap(lambda k: permutation(k, n)))(jax.random.split(jax.random.PRNGKey(n), 6))
     assert perms.dtype == jnp.int32 and perms.shape == (6, n)
     for perm in np.asarray(perms):
@@ -19,8 +35,9 @@ def test_a_permutation_for_every_size(n):
         assert not any((p == np.arange(n)).all() for p in np.asarray(perms))
 
 
+@METHODS
 @pytest.mark.parametrize("n", [6, 32, 40, 100])
-def test_every_element_equally_likely_at_every_position(n):
+def test_every_element_equally_likely_at_every_position(n, method):
     """Over 12000 keys, the count of elements of bucket i (ten buckets of the elements, or each element when n is
     small) at positions of bucket j is its expectation within 5 standard deviations, and the table passes a
     chi-square test at about 1e-3. (With the first version's 6 rounds on 6 elements, some positions were favoured
@@ -39,7 +56,8 @@ def test_every_element_equally_likely_at_every_position(n):
     assert chi2 < dof + 3.1 * np.sqrt(2 * dof) + 10  # about the 0.999 quantile of chi-square(dof)
 
 
-def test_neighbours_are_separated_as_by_chance():
+@METHODS
+def test_neighbours_are_separated_as_by_chance(method):
     """Consecutive elements of the batch (the same environment's consecutive steps) land in the same minibatch of 4 as
     often as in a uniformly random shuffle: 1/4 minus a little, not more."""
     n, minibatches = 1024, 4
@@ -49,3 +67,67 @@ def test_neighbours_are_separated_as_by_chance():
         which[row, perm] = np.arange(n) // (n // minibatches)  # minibatch of each element
     together = (which[:, 1:] == which[:, :-1]).mean()
     assert abs(together - (n // minibatches - 1) / (n - 1)) < 0.01
+
+
+def test_the_platform_picks_the_method_and_the_block():
+    """XLA:CPU (these tests' backend) takes the Feistel walk and moves rows one by one; forcing the sort lets blocks
+    grow to the largest power of two that divides the step's rows and leaves MIN_UNITS blocks per minibatch."""
+    assert shuffle.method() == "feistel"
+    assert shuffle.block_size(128 * 4096, 4096, 8) == 1
+    with shuffle.using("sort"):
+        assert shuffle.method() == "sort"
+        assert shuffle.block_size(128 * 4096, 4096, 8) == shuffle.BLOCK_MAX
+        assert shuffle.block_size(128 * 48, 48, 4) == 4  # blocks of 8 would leave 192 units per minibatch
+        assert shuffle.block_size(128 * 1, 1, 4) == 1
+        assert shuffle.block_size(1000, None, 4) == 1  # layout unknown
+        assert shuffle.block_size(128 * 6, 6, 4) == 1  # 6 rows a step: blocks of 2 would leave 96 units per minibatch
+        assert shuffle.block_size(4096 * 6, 6, 4) == 2
+    with shuffle.using("feistel", 8):
+        assert shuffle.block_size(128 * 4096, 4096, 8) == 8  # forced
+        assert shuffle.block_size(128 * 12, 12, 4) == 1  # 8 does not divide a step's 12 rows: row by row
+    with pytest.raises(ValueError, match="shuffle method 'bogus'"):
+        shuffle.set_method("bogus")
+
+
+@pytest.mark.parametrize("block", [1, 4, 16])
+@METHODS
+def test_minibatches_of_blocks_use_every_row_once_and_keep_blocks_within_a_step(method, block):
+    """A batch of T steps x B envs (flat index t * B + r): each epoch uses every row once; a block is B / (B / block)
+    consecutive envs of one step, whole; flat and shaped gathers agree; restore gives rows their shape back."""
+    steps, envs, minibatches, epochs = 8, 64, 4, 3
+    n = steps * envs
+    index = jnp.arange(n)
+    obs = jnp.arange(n * 6, dtype=jnp.float32).reshape(n, 3, 2)
+    orders = shuffle.epoch_orders(jax.random.PRNGKey(3), n, epochs, block)
+    assert orders.shape == (epochs, n // block)
+    for order in orders:
+        got = np.asarray(shuffle.minibatches(index, order, minibatches, block))
+        assert got.shape == (minibatches, n // minibatches, 1)
+        rows = got.reshape(-1)
+        np.testing.assert_array_equal(np.sort(rows), np.arange(n))
+        units = rows.reshape(-1, block)
+        np.testing.assert_array_equal(units - units[:, :1], np.tile(np.arange(block), (len(units), 1)))
+        assert (units[:, 0] // envs == units[:, -1] // envs).all()  # one time step per block
+        flat = shuffle.minibatches(obs, order, minibatches, block)
+        assert flat.shape == (minibatches, n // minibatches, 6)
+        with shuffle.using(method, flat=False):
+            shaped = shuffle.minibatches(obs, order, minibatches, block)
+        np.testing.assert_array_equal(np.asarray(shuffle.restore(flat[1], obs)), np.asarray(shaped[1]))
+        np.testing.assert_array_equal(np.asarray(shaped).reshape(n, 3, 2), np.asarray(obs)[rows])
+
+
+@pytest.mark.parametrize("method", ["sort"])
+def test_block_orders_equally_likely(method):
+    """With blocks of 8 of 256 rows (32 blocks), each block is equally likely at each block position: the chi-square
+    test of the permutation, on the blocks' order."""
+    n, block, draws, buckets = 256, 8, 6000, 8
+    orders = np.asarray(jax.jit(lambda k: shuffle.epoch_orders(k, n, draws, block))(jax.random.PRNGKey(5)))
+    units = n // block
+    bucket = np.arange(units) * buckets // units
+    counts = np.zeros((buckets, buckets))
+    for position in range(units):
+        np.add.at(counts, (bucket[orders[:, position]], bucket[position]), 1)
+    expected = np.full((buckets, buckets), draws * (units / buckets) ** 2 / units)
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    dof = (buckets - 1) ** 2
+    assert chi2 < dof + 3.1 * np.sqrt(2 * dof) + 10

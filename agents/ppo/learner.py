@@ -114,7 +114,7 @@ def make_ppo(config: PPOConfig, env, env_params, num_envs: int, axis_name: str |
         batch = Batch(prepare(state.obs_stats, obs), flat(traj.action), flat(traj.extras["log_prob"]),
                       flat(traj.extras["value"]), flat(advantage), flat(target))
         key, key_fit = jax.random.split(state.key)
-        params, opt_state, infos = fit(state.params, state.opt_state, batch, key_fit)
+        params, opt_state, infos = fit(state.params, state.opt_state, batch, key_fit, step_rows=traj.reward.shape[1])
         # Loss statistics: the mean over steps of each device's values, then over devices (one collective).
         metrics = pmean({f"loss/{name}": jnp.mean(value) for name, value in infos._asdict().items()}, axis_name)
         obs_stats = update_stats(state.obs_stats, obs, axis_name) if config.normalize_obs else state.obs_stats
@@ -151,9 +151,11 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
         grads, info = local_grad(loss_fn, params, batch, moments(batch.advantage, axis_name))
         return grads, pmean(info, axis_name)
 
-    def fit(params, opt_state, batch: Batch, key: jax.Array):
+    def fit(params, opt_state, batch: Batch, key: jax.Array, step_rows: int | None = None):
         """``update_epochs`` passes over ``batch`` in shuffled minibatches; returns new params, optimizer state and
-        each step's (per-device) loss statistics ``[E, M]``.
+        each step's (per-device) loss statistics ``[E, M]``. ``step_rows``: the rows each time step contributes to
+        the flat batch (``flat index = t * step_rows + r``), which lets the shuffle move rows of one step in blocks
+        (``agents.shuffle.block_size``); ``None``: row by row.
 
         On the XLA:CPU fast path (``agents.platform``) the steps run on the parameters raveled into one vector: the
         gradient arrives as one vector (one collective, one fused optimizer update) and the per-array slicing
@@ -167,21 +169,19 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
             flat_params, unravel = params, (lambda p: p)
             step_loss, step_tx = loss_fn, tx
 
-        def minibatch_step(carry, minibatch):
+        def minibatch_step(carry, xs):
             p, opt_state = carry
-            grads, info = local_grad(step_loss, p, *minibatch)
+            minibatch, minibatch_moments = xs
+            grads, info = local_grad(step_loss, p, shuffle.restore(minibatch, batch), minibatch_moments)
             updates, opt_state = step_tx.update(grads, opt_state, p)
             return (jax.tree.map(jnp.add, p, updates), opt_state), info
 
-        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name)
+        block = shuffle.block_size(batch.advantage.shape[0], step_rows, config.num_minibatches)
+        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name, block)
 
         def epoch(carry, xs):
-            perm, epoch_moments = xs  # [N], [M, 2]
-            minibatches = jax.tree.map(
-                # sizes spelled out: a leaf may be empty ([N, 0]: a team agent's absent world state)
-                lambda x: jnp.take(x, perm, axis=0).reshape(
-                    (config.num_minibatches, x.shape[0] // config.num_minibatches) + x.shape[1:]), batch
-            )
+            perm, epoch_moments = xs  # [N / block], [M, 2]
+            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), batch)
             return jax.lax.scan(minibatch_step, carry, (minibatches, epoch_moments))
 
         (flat_params, opt_state), infos = jax.lax.scan(epoch, (flat_params, opt_state), (perms, adv_moments))
@@ -190,12 +190,13 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
     return grad, fit
 
 
-def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None):
-    """Every epoch's permutation ``[E, N]`` and every minibatch's advantage moments over all devices ``[E, M, 2]``
-    (one collective for all of them; zeros, and no collective, when advantages are not normalised)."""
-    n = advantage.shape[0]
-    perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
+def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None, block: int = 1):
+    """Every epoch's permutation of the batch's blocks ``[E, N / block]`` and every minibatch's advantage moments
+    over all devices ``[E, M, 2]`` (one collective for all of them; zeros, and no collective, when advantages are not
+    normalised)."""
+    perms = shuffle.epoch_orders(key, advantage.shape[0], config.update_epochs, block)
     if config.normalize_advantages:
-        minibatch_advantages = advantage[perms].reshape(config.update_epochs, config.num_minibatches, -1)
+        minibatch_advantages = jax.vmap(lambda p: shuffle.minibatches(advantage, p, config.num_minibatches, block))(perms)
+        minibatch_advantages = minibatch_advantages.reshape(perms.shape[0], config.num_minibatches, -1)
         return perms, moments(minibatch_advantages, axis_name, axis=-1)
     return perms, jnp.zeros((config.update_epochs, config.num_minibatches, 2), jnp.float32)

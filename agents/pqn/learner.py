@@ -109,7 +109,7 @@ def make_pqn(config: PQNConfig, env, env_params, num_envs: int, axis_name: str |
         flat = lambda x: x.reshape((-1,) + x.shape[2:])  # [T, B, ...] -> [T * B, ...]
         batch = Batch(flat(traj.obs), flat(traj.action).astype(jnp.int32), flat(target))
         key, key_fit = jax.random.split(state.key)
-        params, opt_state, stats = fit(state.params, state.opt_state, batch, key_fit)
+        params, opt_state, stats = fit(state.params, state.opt_state, batch, key_fit, step_rows=traj.reward.shape[1])
         metrics = {name: jnp.mean(value) for name, value in stats.items()}
         metrics["explore/epsilon"] = epsilon(state)
         metrics["q/target"] = jnp.mean(target)
@@ -140,10 +140,11 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
         grads, stats = local_grad(loss_fn, params, batch)
         return grads, pmean(stats, axis_name)
 
-    def fit(params, opt_state, batch: Batch, key: jax.Array):
+    def fit(params, opt_state, batch: Batch, key: jax.Array, step_rows: int | None = None):
         """``update_epochs`` passes over ``batch`` in shuffled minibatches; returns new params, optimizer state and
-        each step's (per-device) statistics ``[E, M]``. On the XLA:CPU fast path (``agents.platform``) the steps
-        run on the parameters raveled into one vector, as PPO's do; the optimizer state is the same either way."""
+        each step's (per-device) statistics ``[E, M]``. ``step_rows`` as PPO's fit (``agents.ppo.learner.make_fit``).
+        On the XLA:CPU fast path (``agents.platform``) the steps run on the parameters raveled into one vector, as
+        PPO's do; the optimizer state is the same either way."""
         if platform.cpu_fast_paths():
             flat_params, unravel = ravel_pytree(params)
             step_loss, step_tx = (lambda v, b: loss_fn(unravel(v), b)), tx_vector
@@ -153,17 +154,16 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
 
         def minibatch_step(carry, minibatch: Batch):
             p, opt_state = carry
-            grads, stats = local_grad(step_loss, p, minibatch)
+            grads, stats = local_grad(step_loss, p, shuffle.restore(minibatch, batch))
             updates, opt_state = step_tx.update(grads, opt_state, p)
             return (jax.tree.map(jnp.add, p, updates), opt_state), stats
 
         n = batch.target.shape[0]
-        perms = jax.vmap(lambda k: shuffle.permutation(k, n))(jax.random.split(key, config.update_epochs))
+        block = shuffle.block_size(n, step_rows, config.num_minibatches)
+        perms = shuffle.epoch_orders(key, n, config.update_epochs, block)
 
         def epoch(carry, perm):
-            minibatches = jax.tree.map(
-                lambda x: jnp.take(x, perm, axis=0).reshape((config.num_minibatches, -1) + x.shape[1:]), batch
-            )
+            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), batch)
             return jax.lax.scan(minibatch_step, carry, minibatches)
 
         (flat_params, opt_state), stats = jax.lax.scan(epoch, (flat_params, opt_state), perms)

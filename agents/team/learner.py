@@ -126,7 +126,7 @@ def make_team_ppo(config: TeamConfig, env, env_params, num_envs: int, axis_name:
                       samples(traj.extras["log_prob"]), samples(traj.extras["value"]), advantage.reshape(-1),
                       target.reshape(-1))
         key, key_fit = jax.random.split(state.key)
-        params, opt_state, infos = fit(state.params, state.opt_state, batch, key_fit)
+        params, opt_state, infos = fit(state.params, state.opt_state, batch, key_fit, step_rows=count // steps)
         metrics = pmean({f"loss/{k}": jnp.mean(v) for k, v in infos._asdict().items()}, axis_name)
         return TeamAgentState(params, opt_state, key), metrics
 

@@ -1,0 +1,121 @@
+"""PPO's minibatch shuffles timed against each other in whole updates: which permutation pays on this backend.
+
+``agents.shuffle`` draws each epoch's permutation by a Feistel walk (XLA:CPU's fast path) or by sorting random keys
+(``jax.random.permutation``, elsewhere). This script builds the same PPO program once per method (``--methods``;
+``none`` draws no permutation at all, the batch in its collected order: the floor, not a correct update), compiles
+each, then times ``--updates`` updates of each in turns (``--rounds`` turns, the median of ``--repeats`` calls in
+each), so that load on the host falls on all alike. Per method: the median time per update, env steps per second,
+and the median (range) of the per-turn ratios against the first method listed; one JSON line per method.
+
+    python benchmarks/shuffle_paths.py --num-envs 4096
+    python benchmarks/shuffle_paths.py --env Breakout-MinAtar --preset --num-envs 4096 --out results.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import sys
+
+import common
+from thunks import median_seconds
+
+
+@contextlib.contextmanager
+def _method(spec: str):
+    """Programs traced inside the block shuffle by ``spec``: ``feistel`` or ``sort``, optionally ``/BLOCK`` (rows
+    of a step moved together, ``agents.shuffle.block_size``; without or empty, the platform's choice) and
+    ``/shaped`` (rows gathered in their own shape, not flattened: ``agents.shuffle.minibatches``), or ``none``: no
+    permutation and no gather, the batch cut into minibatches in its collected order."""
+    import jax.numpy as jnp
+
+    from agents import shuffle
+
+    name, _, block = spec.partition("/")
+    block, _, layout = block.partition("/")
+    if name != "none":
+        with shuffle.using(name, int(block) if block else None, flat=layout != "shaped"):
+            yield
+        return
+    saved = shuffle.permutation, shuffle.minibatches
+    shuffle.permutation = lambda key, n: jnp.arange(n, dtype=jnp.int32)
+    shuffle.minibatches = lambda x, order, m, block=1: x.reshape((m, x.shape[0] // m, -1))
+    try:
+        yield
+    finally:
+        shuffle.permutation, shuffle.minibatches = saved
+
+
+def _valid(spec: str) -> bool:
+    name, _, block = spec.partition("/")
+    block, _, layout = block.partition("/")
+    return spec == "none" or (name in ("feistel", "sort") and (not block or (block.isdigit() and int(block) >= 1))
+                              and layout in ("", "shaped"))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    common.add_ppo_config_arguments(parser)
+    parser.add_argument("--methods", default="feistel,sort,none",
+                        help="comma list of feistel, sort (each optionally /BLOCK and /shaped, e.g. sort/64, "
+                             "sort//shaped) and none")
+    parser.add_argument("--updates", type=int, default=3, help="updates per compiled call")
+    parser.add_argument("--rounds", type=int, default=5, help="turns of the methods")
+    parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")
+    parser.add_argument("--out", default=None, help="append the JSON lines here")
+    args = parser.parse_args(argv)
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if not _valid(m):
+            parser.error(f"--methods: {m!r} is not one of feistel, sort, feistel/BLOCK, sort/BLOCK, none")
+
+    import jax
+
+    from agents import shuffle
+    from agents.ppo import make_ppo
+    from rlpar.program import make_program
+
+    config, env, env_params = common.ppo_setup(parser, args)
+    config = config.replace(total_timesteps=max(config.total_timesteps, config.batch_size * args.updates))
+    platform_method = shuffle.method()
+    programs = {}
+    for name in methods:
+        common.say(f"compiling {args.updates} updates with the {name} shuffle")
+        with _method(name):
+            ppo = make_ppo(config, env, env_params, config.num_envs, None)
+            program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
+            state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+            run = jax.jit(lambda s, update=program.update: jax.lax.scan(lambda c, _: (update(c)[0], None), s, None,
+                                                                        length=args.updates)[0])
+            jax.block_until_ready(run(state))  # traced and compiled inside the block
+        programs[name] = (run, state)
+    times = {name: [] for name in programs}
+    for turn in range(args.rounds):
+        common.say(f"turn {turn + 1}/{args.rounds}")
+        for name, (run, state) in programs.items():
+            times[name].append(median_seconds(run, state, repeats=args.repeats) / args.updates)
+    reference = methods[0]
+    host = common.host_fields()
+    for name in methods:
+        ratios = [t / r for t, r in zip(times[name], times[reference])]
+        ms = 1e3 * statistics.median(times[name])
+        with _method(name):
+            block = shuffle.block_size(config.batch_size, config.num_envs, config.num_minibatches)
+        record = {"benchmark": "shuffle_paths", "method": name, "block": block if name != "none" else None,
+                  "platform_method": platform_method, "env": args.env,
+                  "num_envs": config.num_envs, "num_steps": config.num_steps, "batch": config.batch_size,
+                  "update_epochs": config.update_epochs, "num_minibatches": config.num_minibatches,
+                  "hidden_sizes": list(config.hidden_sizes), "update_ms": round(ms, 3),
+                  "sps": round(config.batch_size / ms * 1e3), f"over_{reference}": round(statistics.median(ratios), 4),
+                  f"over_{reference}_range": [round(min(ratios), 4), round(max(ratios), 4)],
+                  "backend": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,
+                  "jax_version": jax.__version__, "command": common.command_line(), **host}
+        common.emit(record, args.out)
+        common.say(f"{args.env} {config.num_envs} envs, {name}: {ms:.2f} ms per update, "
+                   f"{record['sps'] / 1e6:.2f}M SPS, {statistics.median(ratios):.3f}x {reference}'s time (block {block})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
