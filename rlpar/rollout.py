@@ -133,11 +133,11 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
     initial_carry = initial_carry or (lambda n: ())
 
-    def env_step(agent_state, carry: tuple[RolloutState, _Pending], keys_t: jax.Array):
-        # keys_t [1 + B]: the acting key, then one key per environment
+    def env_step(agent_state, carry: tuple[RolloutState, _Pending], key_act: jax.Array, keys_env: jax.Array):
+        # key_act: the acting key; keys_env [B]: one key per environment
         state, pending = carry
-        action, agent_carry, extras = act_fn(agent_state, state.carry, state.obs, keys_t[0])
-        obs, env_state, reward, terminated, truncated, info = step_envs(keys_t[1:], state.env_state, action, env_params)
+        action, agent_carry, extras = act_fn(agent_state, state.carry, state.obs, key_act)
+        obs, env_state, reward, terminated, truncated, info = step_envs(keys_env, state.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
         done = jnp.logical_or(terminated, truncated)
         final, pending = ((), pending) if bootstrap is None else _hold_final(
@@ -157,22 +157,56 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 
     def collect(agent_state, state: RolloutState) -> tuple[RolloutState, Transition]:
         key_next, key_steps = jax.random.split(state.key)
-        # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU each
-        # threefry call is a loop of its own (docs/benchmarks.md).
         first_obs = jax.tree.leaves(state.obs)[0]  # observations may be a pytree (a team env's), leaves [B, ...]
         num_envs = first_obs.shape[0]
-        keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
-        keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
         # zeros_like(state.obs) keeps the per-device type of the observations under shard_map, as the scan's
         # outputs have it (jax_auto_pcast, the default in JAX 0.10; test_backends runs this under shard_map).
         held = jnp.zeros_like(first_obs, bool).reshape(num_envs, -1).any(axis=1)
         pending = _Pending(jax.tree.map(jnp.zeros_like, state.obs), state.carry, held, held.any())
-        (state, pending), traj = jax.lax.scan(lambda c, k: env_step(agent_state, c, k), (state, pending), keys)
+        if keys_up_front(num_steps * (1 + num_envs)):
+            # Every step's keys in one vectorised split before the scan, not two small splits per step: on CPU
+            # each threefry call is a loop of its own (docs/benchmarks.md).
+            keys = jax.random.split(key_steps, num_steps * (1 + num_envs))
+            keys = keys.reshape((num_steps, 1 + num_envs) + keys.shape[1:])
+            step = lambda c, keys_t: env_step(agent_state, c, keys_t[0], keys_t[1:])  # noqa: E731
+            xs = keys
+        else:  # each step splits its own keys from its index: no [T, 1 + B] key array written and read back
+            def step(carry, t):
+                key_act, key_env = jax.random.split(jax.random.fold_in(key_steps, t))
+                return env_step(agent_state, carry, key_act, jax.random.split(key_env, num_envs))
+
+            xs = jnp.arange(num_steps)
+        (state, pending), traj = jax.lax.scan(step, (state, pending), xs, unroll=_unroll)
         if bootstrap is not None:
             traj = traj._replace(final=_finals(bootstrap, agent_state, pending, traj))
         return state.replace(key=key_next), traj
 
     return collect
+
+
+_keys_forced: bool | None = None  # set_keys_up_front; None: by platform
+_unroll = 1  # steps per iteration of the collect's scan
+KEYS_UP_FRONT_MAX = 1 << 18  # off XLA:CPU, keys split before the scan up to this many (keys_up_front)
+
+
+def keys_up_front(num_keys: int | None = None) -> bool:
+    """Whether a collect that draws ``num_keys`` keys splits them all before its scan, or each step splits its own
+    from the step's index. Up front on XLA:CPU's fast path (each threefry call inside a loop costs a loop of its
+    own); elsewhere only up to ``KEYS_UP_FRONT_MAX`` keys: on a TPU v5e the array of all keys ([T, 1 + B, 2]
+    uint32) made the collector 1.5x faster at 1,024 envs x 128 steps and 1.2-1.5x slower from 8,192 envs
+    (``docs/benchmarks.md``, "The collector on the accelerator"). ``set_keys_up_front`` forces one. Read when a
+    collector is traced."""
+    if _keys_forced is not None:
+        return _keys_forced
+    from rlpar.cpu_paths import cpu_fast_paths
+
+    return cpu_fast_paths() or (num_keys is not None and num_keys <= KEYS_UP_FRONT_MAX)
+
+
+def set_keys_up_front(enabled: bool | None) -> None:
+    """Force the key schedule of collectors traced from now on; ``None`` decides by platform again."""
+    global _keys_forced
+    _keys_forced = enabled
 
 
 def _hold_final(bootstrap, agent_state, pending: _Pending, truncated, final_obs, agent_carry):

@@ -9,6 +9,17 @@ import envs
 from envs.probes import ProbeParams
 from rlpar import rollout
 
+SCHEDULES = pytest.mark.parametrize("up_front", [True, False], ids=["keys-up-front", "keys-per-step"])
+
+
+@pytest.fixture(autouse=True)
+def _schedule(request):
+    """Tests parametrized by ``up_front`` trace their collectors under that key schedule (the platform's otherwise)."""
+    up_front = request.node.callspec.params.get("up_front") if hasattr(request.node, "callspec") else None
+    rollout.set_keys_up_front(up_front)
+    yield
+    rollout.set_keys_up_front(None)
+
 
 def _constant_policy(value_of_obs):
     """An ``act_fn`` taking action 0, with ``{"value": value_of_obs(obs)}`` as its extras."""
@@ -50,7 +61,8 @@ def test_collector_terminations_have_no_bootstrap_value():
     np.testing.assert_array_equal(np.asarray(traj.final), 0.0)
 
 
-def test_collector_is_deterministic_and_envs_differ():
+@SCHEDULES
+def test_collector_is_deterministic_and_envs_differ(up_front):
     env, params = envs.make("CartPole-v1")
     act_fn = lambda p, carry, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 2), carry, ())
     collect = jax.jit(rollout.make_collector(env, params, act_fn, 50))  # a random policy: no extras, no bootstrap
@@ -86,17 +98,25 @@ def test_agent_carry_flows_and_resets_where_episodes_end():
     np.testing.assert_array_equal(np.asarray(state.carry), np.where(done, 0, length[-1]))
 
 
+def _step_keys(key, num_steps, num_envs, up_front):
+    """The collector's keys, written out from its docstring: ``[T]`` acting keys and ``[T, B]`` env keys."""
+    _, key_steps = jax.random.split(key)
+    if up_front:
+        keys = jax.random.split(key_steps, num_steps * (1 + num_envs)).reshape((num_steps, 1 + num_envs, -1))
+        return keys[:, 0], keys[:, 1:]
+    acting, env = jax.vmap(lambda t: jax.random.split(jax.random.fold_in(key_steps, t)))(jnp.arange(num_steps)).swapaxes(0, 1)
+    return acting, jax.vmap(lambda k: jax.random.split(k, num_envs))(env)
+
+
 def _reference_final_values(env, params, act_fn, value_fn, state, num_steps):
     """Step the same envs with the same keys, keep every step's final observation, value the truncated ones."""
     step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
-    _, key_steps = jax.random.split(state.key)
-    b = state.obs.shape[0]
-    keys = jax.random.split(key_steps, num_steps * (1 + b)).reshape((num_steps, 1 + b, -1))
+    keys = _step_keys(state.key, num_steps, state.obs.shape[0], rollout.keys_up_front(num_steps))
 
     def step(carry, keys_t):
         env_state, obs = carry
         action, _, _ = act_fn(None, (), obs, keys_t[0])
-        obs, env_state, _, terminated, truncated, info = step_envs(keys_t[1:], env_state, action, params)
+        obs, env_state, _, terminated, truncated, info = step_envs(keys_t[1], env_state, action, params)
         truncated = truncated & ~terminated
         return (env_state, obs), (truncated, info["final_observation"])
 
@@ -137,8 +157,9 @@ class _Clock(environment.Environment):
         return spaces.Box(0.0, 1000.0, (1,), jnp.float32)
 
 
+@SCHEDULES
 @pytest.mark.parametrize("time_limit, num_steps", [(20, 30), (4, 30)])
-def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
+def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps, up_front):
     # With the 20-step limit each env is truncated at most once per collect (one batched valuation after the scan);
     # with the 4-step limit several times (the spilled path). value_fn(x) = 7 + 3 x tells the observations apart.
     env = envs.EpisodeStatistics(_Clock())
@@ -152,10 +173,58 @@ def test_final_values_belong_to_their_truncated_steps(time_limit, num_steps):
     np.testing.assert_array_equal(np.asarray(traj.truncated), truncated)
     counts = truncated.sum(axis=0)
     steps = set(np.nonzero(truncated)[0])
-    assert len(steps) > 3  # the envs are truncated at different steps
+    assert len(steps) >= 2  # the envs are truncated at different steps
     assert (np.asarray(traj.terminated) & ~truncated).any()
     if 2 * time_limit > num_steps:  # no env can reach the limit twice
         assert counts.max() == 1 and counts.sum() >= 8
     else:
         assert counts.max() >= 3 and num_steps - 1 in steps  # several per env, and at the last step too
     np.testing.assert_allclose(np.asarray(traj.final), expected, rtol=1e-6)
+
+
+class _Noise(environment.Environment):
+    """Observation: a uniform draw from the step's key, so each (step, env) shows the key it was given."""
+
+    @property
+    def default_params(self):
+        return ProbeParams(max_steps_in_episode=1000)
+
+    def reset_env(self, key, params):
+        return jax.random.uniform(key, (1,)), environment.EnvState(time=0)
+
+    def step_env(self, key, state, action, params):
+        return jax.random.uniform(key, (1,)), state.replace(time=state.time + 1), jnp.float32(0.0), jnp.bool_(False), {}
+
+    def action_space(self, params=None):
+        return spaces.Discrete(1)
+
+    def observation_space(self, params):
+        return spaces.Box(0.0, 1.0, (1,), jnp.float32)
+
+
+@SCHEDULES
+def test_every_step_and_env_gets_its_own_keys(up_front):
+    """Both key schedules give every (step, env) a key of its own, the acting key of each step differs from all of
+    them, and the keys are the ones the schedule's description gives (``_step_keys``)."""
+    noise = _Noise()
+    env, params = envs.EpisodeStatistics(noise), noise.default_params
+    steps, num_envs = 9, 5
+    act_fn = lambda p, carry, obs, key: (jnp.zeros(obs.shape[:1], jnp.int32), carry,
+                                         {"draw": jnp.broadcast_to(jax.random.uniform(key), obs.shape[:1])})
+    state = rollout.reset(env, params, jax.random.PRNGKey(6), num_envs)
+    _, traj = jax.jit(rollout.make_collector(env, params, act_fn, steps))(None, state)
+    obs, acting = np.asarray(traj.obs[..., 0]), np.asarray(traj.extras["draw"][:, 0])
+    assert len(np.unique(obs)) == steps * num_envs and len(np.unique(acting)) == steps
+    assert not np.isin(acting, obs).any()
+    key_act, key_env = _step_keys(state.key, steps, num_envs, up_front)
+    any_state = noise.reset(jax.random.PRNGKey(0), params)[1]
+    expected = jax.vmap(jax.vmap(lambda k: noise.step(k, any_state, 0, params)[0][0]))(key_env)
+    np.testing.assert_array_equal(obs[1:], np.asarray(expected)[:-1])  # traj.obs[t]: what step t acted on
+    np.testing.assert_array_equal(acting, np.asarray(jax.vmap(jax.random.uniform)(key_act)))
+
+
+def test_the_platform_picks_the_key_schedule():
+    """XLA:CPU splits every key up front (its threefry is a loop per call); off it, only up to KEYS_UP_FRONT_MAX."""
+    assert rollout.keys_up_front(10 ** 9)
+    rollout.set_keys_up_front(False)
+    assert not rollout.keys_up_front(10)
