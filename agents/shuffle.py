@@ -47,7 +47,9 @@ MIN_UNITS = 256  # units each minibatch holds at least, for block_size to grow a
 
 _forced: str | None = None  # set_method; None: by platform
 _block_forced: int | None = None  # set_block; None: block_size decides
-_flat = True  # minibatches gathers 2-D rows (see minibatches); False only to measure the shaped gather
+LAYOUTS = ("auto", "flat", "blocks", "shaped")
+LANES = 128  # a TPU tile's minor dimension: rows at least this wide gather as [N / block, block, F] (minibatches)
+_layout = "auto"  # how minibatches gathers (see there); the others only to measure against
 
 
 def method(platform: str | None = None) -> str:
@@ -77,20 +79,22 @@ def set_block(rows: int | None) -> None:
 
 
 @contextlib.contextmanager
-def using(name: str | None, block: int | None = None, flat: bool = True) -> Iterator[None]:
+def using(name: str | None, block: int | None = None, layout: str = "auto") -> Iterator[None]:
     """``set_method(name)`` and ``set_block(block)`` inside the ``with`` block, the previous choices restored;
-    ``flat=False`` gathers rows in their own shape (``minibatches``), for benchmarks to compare."""
-    global _flat
-    previous = _forced, _block_forced, _flat
+    ``layout`` (one of ``LAYOUTS``) is how ``minibatches`` gathers, for benchmarks to compare."""
+    global _layout
+    if layout not in LAYOUTS:
+        raise ValueError(f"shuffle layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    previous = _forced, _block_forced, _layout
     set_method(name)
     set_block(block)
-    _flat = flat
+    _layout = layout
     try:
         yield
     finally:
         set_method(previous[0])
         set_block(previous[1])
-        _flat = previous[2]
+        _layout = previous[2]
 
 
 def block_size(n: int, step_rows: int | None, num_minibatches: int) -> int:
@@ -126,15 +130,23 @@ def minibatches(x: jax.Array, order: jax.Array, num_minibatches: int, block: int
     """``x [N, ...]`` in ``order`` (a permutation of its ``N // block`` blocks), as ``[num_minibatches, N / M, F]``
     with each row flattened (``F`` = the product of ``x.shape[1:]``; ``restore`` gives rows their shape back).
 
-    The gather reads 2-D rows of whole blocks: an accelerator lays out an array's last dimensions in tiles (a TPU's
-    are 8 x 128), so a row shaped ``[10, 10, 4]`` is gathered as padded tiles and a flat one as dense lanes; on
-    XLA:CPU the reshapes are free. Sizes are spelled out: a leaf may be empty (``[N, 0]``)."""
+    The gather reads flat rows: an accelerator lays out an array's last two dimensions in tiles (a TPU's are
+    8 x 128), so a row shaped ``[10, 10, 4]`` is gathered as padded tiles, a flat one as dense lanes. Blocks of
+    narrow rows (``F < LANES``) are gathered as one flat row of ``block * F``; blocks of wide rows as
+    ``[block, F]`` slabs. On a TPU v5e (PPO, 4,096 envs x 128 steps, ``docs/benchmarks.md``, "Shuffles on the
+    accelerator"): CartPole's update took 145 ms with shaped single rows and 12.7 ms with blocks of 64 as flat rows
+    of 256; Breakout-MinAtar's (``F`` = 400) 1,509 ms shaped, 284 ms flat, 149 ms as [64, 400] slabs, where blocks
+    of 8 as flat rows of 3,200 asked for 21 GiB of temporaries. On XLA:CPU (block 1) the reshapes are free. Sizes
+    are spelled out: a leaf may be empty (``[N, 0]``). (``using(layout=...)`` forces ``"flat"``, ``"blocks"`` or
+    ``"shaped"``, rows in their own shape, for benchmarks to compare.)"""
     n, rest = x.shape[0], x.shape[1:]
     width = math.prod(rest)
-    if not _flat:
+    if _layout == "shaped":
         units = x if block == 1 else x.reshape((n // block, block) + rest)
         return jnp.take(units, order, axis=0).reshape((num_minibatches, n // num_minibatches) + rest)
-    taken = jnp.take(x.reshape((n // block, block * width)), order, axis=0)
+    slabs = _layout == "blocks" or (_layout == "auto" and block > 1 and width >= LANES)
+    units = x.reshape((n // block, block, width) if slabs else (n // block, block * width))
+    taken = jnp.take(units, order, axis=0)
     return taken.reshape((num_minibatches, n // num_minibatches, width))
 
 

@@ -7,7 +7,8 @@ difference. Every variant below is timed in one process, the variants taking tur
 - ``engine``: the collector as training builds it (PPO's ``act`` and ``bootstrap``, ``envs.make``'s wrappers);
 - ``engine, keys up front`` / ``engine, keys per step``: each key schedule forced (the platform picks one by size,
   ``rlpar.rollout.keys_up_front``): every step's keys split before the scan, or each step splitting its own;
-- ``engine, unroll 2`` / ``engine, unroll 4``: the collect's scan unrolled two or four steps per iteration;
+- ``engine, unroll 1`` / ``2`` / ``4``: the collect's scan one, two or four steps per iteration (the platform
+  picks one, ``rlpar.rollout.scan_unroll``);
 - ``engine, no final``: no ``bootstrap`` (no final observation held, no truncation bootstrap after the scan);
 - ``engine, no spill branch``: the ``lax.cond`` that bootstraps an environment truncated twice in one collect
   replaced by its idle branch (what the branch costs when it is never taken; not a correct collector);
@@ -70,12 +71,12 @@ def _keys(up_front: bool):
 def _unrolled(steps: int):
     from rlpar import rollout
 
-    saved = rollout._unroll
-    rollout._unroll = steps
+    saved = rollout._unroll_forced
+    rollout.set_unroll(steps)
     try:
         yield
     finally:
-        rollout._unroll = saved
+        rollout.set_unroll(saved)
 
 
 def make_engine_without_final(env_id, num_local_envs, num_steps, hidden_sizes, calls):
@@ -124,6 +125,7 @@ def variants() -> dict:
         "engine": (rollout_sps.make_engine, contextlib.nullcontext),
         "engine, keys up front": (rollout_sps.make_engine, lambda: _keys(True)),
         "engine, keys per step": (rollout_sps.make_engine, lambda: _keys(False)),
+        "engine, unroll 1": (rollout_sps.make_engine, lambda: _unrolled(1)),
         "engine, unroll 2": (rollout_sps.make_engine, lambda: _unrolled(2)),
         "engine, unroll 4": (rollout_sps.make_engine, lambda: _unrolled(4)),
         "engine, no final": (make_engine_without_final, contextlib.nullcontext),

@@ -26,7 +26,7 @@ from thunks import median_seconds
 def _method(spec: str):
     """Programs traced inside the block shuffle by ``spec``: ``feistel`` or ``sort``, optionally ``/BLOCK`` (rows
     of a step moved together, ``agents.shuffle.block_size``; without or empty, the platform's choice) and
-    ``/shaped`` (rows gathered in their own shape, not flattened: ``agents.shuffle.minibatches``), or ``none``: no
+    ``/LAYOUT`` (``flat``, the default, ``blocks`` or ``shaped``: ``agents.shuffle.minibatches``), or ``none``: no
     permutation and no gather, the batch cut into minibatches in its collected order."""
     import jax.numpy as jnp
 
@@ -35,7 +35,7 @@ def _method(spec: str):
     name, _, block = spec.partition("/")
     block, _, layout = block.partition("/")
     if name != "none":
-        with shuffle.using(name, int(block) if block else None, flat=layout != "shaped"):
+        with shuffle.using(name, int(block) if block else None, layout or "flat"):
             yield
         return
     saved = shuffle.permutation, shuffle.minibatches
@@ -51,15 +51,15 @@ def _valid(spec: str) -> bool:
     name, _, block = spec.partition("/")
     block, _, layout = block.partition("/")
     return spec == "none" or (name in ("feistel", "sort") and (not block or (block.isdigit() and int(block) >= 1))
-                              and layout in ("", "shaped"))
+                              and layout in ("", "flat", "blocks", "shaped"))
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     common.add_ppo_config_arguments(parser)
     parser.add_argument("--methods", default="feistel,sort,none",
-                        help="comma list of feistel, sort (each optionally /BLOCK and /shaped, e.g. sort/64, "
-                             "sort//shaped) and none")
+                        help="comma list of feistel, sort (each optionally /BLOCK and /LAYOUT, e.g. sort/64, "
+                             "sort/64/blocks, sort//shaped) and none")
     parser.add_argument("--updates", type=int, default=3, help="updates per compiled call")
     parser.add_argument("--rounds", type=int, default=5, help="turns of the methods")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     config, env, env_params = common.ppo_setup(parser, args)
     config = config.replace(total_timesteps=max(config.total_timesteps, config.batch_size * args.updates))
     platform_method = shuffle.method()
-    programs = {}
+    programs, failed, temp = {}, {}, {}
     for name in methods:
         common.say(f"compiling {args.updates} updates with the {name} shuffle")
         with _method(name):
@@ -88,16 +88,28 @@ def main(argv=None) -> int:
             state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
             run = jax.jit(lambda s, update=program.update: jax.lax.scan(lambda c, _: (update(c)[0], None), s, None,
                                                                         length=args.updates)[0])
-            jax.block_until_ready(run(state))  # traced and compiled inside the block
-        programs[name] = (run, state)
+            try:  # traced and compiled inside the block
+                compiled = run.lower(state).compile()
+            except Exception as error:  # noqa: BLE001 - e.g. more memory than the device has: say so, go on
+                common.say(f"{name}: {str(error).splitlines()[0][:300]}")
+                failed[name] = str(error).splitlines()[0][:300]
+                continue
+            memory = compiled.memory_analysis()
+            temp[name] = getattr(memory, "temp_size_in_bytes", None) if memory is not None else None
+            jax.block_until_ready(compiled(state))
+        programs[name] = (compiled, state)
     times = {name: [] for name in programs}
     for turn in range(args.rounds):
         common.say(f"turn {turn + 1}/{args.rounds}")
         for name, (run, state) in programs.items():
             times[name].append(median_seconds(run, state, repeats=args.repeats) / args.updates)
-    reference = methods[0]
+    reference = next(iter(programs), None)
     host = common.host_fields()
-    for name in methods:
+    for name, error in failed.items():
+        common.emit({"benchmark": "shuffle_paths", "method": name, "env": args.env, "num_envs": config.num_envs,
+                     "error": error, "backend": jax.devices()[0].platform, "command": common.command_line(), **host},
+                    args.out)
+    for name in programs:
         ratios = [t / r for t, r in zip(times[name], times[reference])]
         ms = 1e3 * statistics.median(times[name])
         with _method(name):
@@ -107,6 +119,7 @@ def main(argv=None) -> int:
                   "num_envs": config.num_envs, "num_steps": config.num_steps, "batch": config.batch_size,
                   "update_epochs": config.update_epochs, "num_minibatches": config.num_minibatches,
                   "hidden_sizes": list(config.hidden_sizes), "update_ms": round(ms, 3),
+                  "temp_mib": None if temp.get(name) is None else round(temp[name] / 2 ** 20, 1),
                   "sps": round(config.batch_size / ms * 1e3), f"over_{reference}": round(statistics.median(ratios), 4),
                   f"over_{reference}_range": [round(min(ratios), 4), round(max(ratios), 4)],
                   "backend": jax.devices()[0].platform, "device_kind": jax.devices()[0].device_kind,

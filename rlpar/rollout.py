@@ -176,7 +176,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
                 return env_step(agent_state, carry, key_act, jax.random.split(key_env, num_envs))
 
             xs = jnp.arange(num_steps)
-        (state, pending), traj = jax.lax.scan(step, (state, pending), xs, unroll=_unroll)
+        (state, pending), traj = jax.lax.scan(step, (state, pending), xs, unroll=scan_unroll())
         if bootstrap is not None:
             traj = traj._replace(final=_finals(bootstrap, agent_state, pending, traj))
         return state.replace(key=key_next), traj
@@ -185,15 +185,38 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 
 
 _keys_forced: bool | None = None  # set_keys_up_front; None: by platform
-_unroll = 1  # steps per iteration of the collect's scan
-KEYS_UP_FRONT_MAX = 1 << 18  # off XLA:CPU, keys split before the scan up to this many (keys_up_front)
+_unroll_forced: int | None = None  # set_unroll; None: by platform
+KEYS_UP_FRONT_MAX = 1 << 20  # off XLA:CPU, keys split before the scan up to this many (keys_up_front)
+UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU (scan_unroll)
+
+
+def scan_unroll() -> int:
+    """Environment steps per iteration of the collect's ``lax.scan``: 1 on XLA:CPU's fast path, where unrolling made
+    the collector slower; ``UNROLL_ACCELERATOR`` elsewhere: on a TPU v5e (CartPole, 128 steps) two steps per
+    iteration took the collector from 29% behind the bare gymnax loop to 15% ahead at 4,096 envs and from 23% behind
+    to level at 32,768; four steps gained 3-5% more but doubled the collector's compile time (``docs/benchmarks.md``,
+    "The collector on the accelerator"). ``set_unroll`` forces one. Read when a collector is traced."""
+    if _unroll_forced is not None:
+        return _unroll_forced
+    from rlpar.cpu_paths import cpu_fast_paths
+
+    return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
+
+
+def set_unroll(steps: int | None) -> None:
+    """Force the steps per iteration of collectors traced from now on; ``None`` decides by platform again."""
+    global _unroll_forced
+    if steps is not None and (not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"unroll {steps!r}: expected a positive integer or None")
+    _unroll_forced = steps
 
 
 def keys_up_front(num_keys: int | None = None) -> bool:
     """Whether a collect that draws ``num_keys`` keys splits them all before its scan, or each step splits its own
     from the step's index. Up front on XLA:CPU's fast path (each threefry call inside a loop costs a loop of its
     own); elsewhere only up to ``KEYS_UP_FRONT_MAX`` keys: on a TPU v5e the array of all keys ([T, 1 + B, 2]
-    uint32) made the collector 1.5x faster at 1,024 envs x 128 steps and 1.2-1.5x slower from 8,192 envs
+    uint32) made the collector 1.5x faster at 1,024 envs x 128 steps, 1.06x at 4,096 and 1.2-1.6x slower from
+    8,192 envs
     (``docs/benchmarks.md``, "The collector on the accelerator"). ``set_keys_up_front`` forces one. Read when a
     collector is traced."""
     if _keys_forced is not None:

@@ -110,8 +110,10 @@ def test_minibatches_of_blocks_use_every_row_once_and_keep_blocks_within_a_step(
         assert (units[:, 0] // envs == units[:, -1] // envs).all()  # one time step per block
         flat = shuffle.minibatches(obs, order, minibatches, block)
         assert flat.shape == (minibatches, n // minibatches, 6)
-        with shuffle.using(method, flat=False):
+        with shuffle.using(method, layout="shaped"):
             shaped = shuffle.minibatches(obs, order, minibatches, block)
+        with shuffle.using(method, layout="blocks"):
+            np.testing.assert_array_equal(np.asarray(shuffle.minibatches(obs, order, minibatches, block)), flat)
         np.testing.assert_array_equal(np.asarray(shuffle.restore(flat[1], obs)), np.asarray(shaped[1]))
         np.testing.assert_array_equal(np.asarray(shaped).reshape(n, 3, 2), np.asarray(obs)[rows])
 
