@@ -110,7 +110,8 @@ class Row(NamedTuple):
 
     @property
     def label(self) -> str:
-        return ("collector" if self.kind == "collector" else f"PPO, {self.kind}") + f", {self.env}, {_envs(self.num_envs)}"
+        program = "collector" if self.kind == "collector" else f"PPO, {self.kind}"
+        return f"{program}, {self.env}, {_envs(self.num_envs)}"
 
 
 def line_key(line: dict) -> tuple[str, str, int]:
@@ -130,7 +131,8 @@ def plan(budget: Budget, parts: set[str], out_dir: Path) -> dict[str, list[Row]]
         for num_envs, total, log_every in budget.train[env_id]:
             rows["rlpar"].append(Row("rlpar", env_id, num_envs, [
                 "--env", env_id, "--devices", "1", "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS),
-                "--total-timesteps", str(total), "--log-every", str(log_every), "--out", str(out_dir / PART_FILES[env_id])]))
+                "--total-timesteps", str(total), "--log-every", str(log_every),
+                "--out", str(out_dir / PART_FILES[env_id])]))
             rows["rejax"].append(Row("rejax", env_id, num_envs,
                                      [*rejax_flags(env_id, num_envs, total), "--repeats", str(budget.rejax_repeats)]))
     return rows
@@ -257,7 +259,8 @@ def accelerator(first: dict) -> dict:
     spec = importlib.util.find_spec("jax")
     found = {key: first.get(key) for key in ("jax_version", "backend", "device", "device_kind", "num_devices",
                                              "device_memory_bytes")}
-    return {**found, "jax_platforms": jax_platforms(first["backend"]), "jax_from": str(Path(spec.origin).parent) if spec else None,
+    return {**found, "jax_platforms": jax_platforms(first["backend"]),
+            "jax_from": str(Path(spec.origin).parent) if spec else None,
             "libtpu": _version("libtpu"), "nvidia_smi": nvidia_smi(), "python_executable": sys.executable,
             **{key: first.get(key) for key in ("cpu", "host_cpus", "python", "time_utc")}}
 

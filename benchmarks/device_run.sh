@@ -29,7 +29,8 @@ else
   python=python3
 fi
 if ! JAX_PLATFORMS=cpu "$python" -c 'import jax' >/dev/null 2>&1; then
-  say "$python cannot import jax (PYTHONPATH=${PYTHONPATH:-}): set PYTHON to a Python that has JAX, e.g. PYTHON=.venv/bin/python after python3 -m venv .venv && .venv/bin/pip install -e ."
+  say "$python cannot import jax (PYTHONPATH=${PYTHONPATH:-}): set PYTHON to a Python that has JAX," \
+    "e.g. PYTHON=.venv/bin/python after python3 -m venv .venv && .venv/bin/pip install -e ."
   exit 1
 fi
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
@@ -74,7 +75,9 @@ install() {
 need() {
   local path=$1 group; shift
   for group; do
-    if ! packages "$path" missing "$group" >/dev/null && install "$group"; then path=$(append "$path" "$sites/$group"); fi
+    if ! packages "$path" missing "$group" >/dev/null && install "$group"; then
+      path=$(append "$path" "$sites/$group")
+    fi
   done
   echo "$path"
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Downloads the wheels that benchmarks/device_run.sh installs on a machine with no network, into .whl/ (or $1):
-# the packages of benchmarks/device_requirements/GROUP.txt for each of $WHEEL_GROUPS (default: shared rlpar rejax, 30 wheels,
-# 14 MB), without their dependencies (the lists name every one that is needed), for CPython $PYVER (default 3.11,
-# the lent TPU machine's) on x86-64 Linux. Run it where pip reaches the package index, then carry the working tree
-# with .whl/ to the other machine and run `bash benchmarks/device_run.sh` there.
+# the packages of benchmarks/device_requirements/GROUP.txt for each of $WHEEL_GROUPS (default: shared rlpar rejax,
+# 30 wheels, 14 MB), without their dependencies (the lists name every one that is needed), for CPython $PYVER
+# (default 3.11, the lent TPU machine's) on x86-64 Linux. Run it where pip reaches the package index, then carry
+# the working tree with .whl/ to the other machine and run `bash benchmarks/device_run.sh` there.
 #
 #   PYTHON=.venv/bin/python bash benchmarks/device_wheels.sh
 #   WHEEL_GROUPS="machine shared rlpar rejax" bash benchmarks/device_wheels.sh     # for a machine whose index lacks
@@ -26,4 +26,5 @@ for group in $groups; do  # one call per list: rlpar's and rejax's gymnax differ
     --platform manylinux2014_x86_64 -d "$dest" -r "benchmarks/device_requirements/$group.txt"
 done
 ls -l "$dest"/*.whl | awk '{printf "%10d  %s\n", $5, $NF}'
-echo "$(ls "$dest"/*.whl | wc -l) wheels, $(du -ch "$dest"/*.whl | tail -1 | cut -f1) in all, in $dest (for Python $pyver)"
+echo "$(ls "$dest"/*.whl | wc -l) wheels, $(du -ch "$dest"/*.whl | tail -1 | cut -f1) in all, in $dest" \
+  "(for Python $pyver)"

@@ -393,7 +393,8 @@ def run_peer_lines(peer: str, argv: list[str], timeout_s: float = 900, python: s
     cmd = [peer_python(peer, python), str(Path(__file__).resolve()), "--inside", peer, *argv]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-        stdout, stderr, error = proc.stdout, proc.stderr, f"failed (exit {proc.returncode})" if proc.returncode else None
+        stdout, stderr = proc.stdout, proc.stderr
+        error = f"failed (exit {proc.returncode})" if proc.returncode else None
     except subprocess.TimeoutExpired as stopped:  # its output so far comes as bytes
         stdout, stderr = (_text(stopped.output), _text(stopped.stderr))
         error = f"timed out after {timeout_s:.0f}s"

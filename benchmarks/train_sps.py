@@ -9,7 +9,7 @@ Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads it
 
     python benchmarks/train_sps.py --devices 1
     python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000 --out results/train.jsonl
-    python benchmarks/train_sps.py --num-envs 1 --out a.jsonl --then --env Breakout-MinAtar --num-envs 4096 --out a.jsonl
+    python benchmarks/train_sps.py --num-envs 1 --out t.jsonl --then --env Breakout-MinAtar --num-envs 64 --out t.jsonl
 
 ``--then`` starts another row, with flags of its own, in the same process (on a TPU each process pays 10-15 s to
 open the chip). A row whose ``--deadline`` (Unix time) has passed is not started, and a row that fails does not stop

@@ -102,7 +102,8 @@ def _fake_wheel(folder: Path, name: str, version: str) -> None:
     """A wheel holding one empty module named after the distribution (``dm-tree`` -> ``dm_tree``)."""
     dist = packages.normalize(name).replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    files = {f"{dist}/__init__.py": "", f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+    files = {f"{dist}/__init__.py": "",
+             f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
              f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
     files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
     with zipfile.ZipFile(folder / f"{dist}-{version}-py3-none-any.whl", "w") as wheel:
@@ -364,7 +365,7 @@ def test_quick_device_run_from_elsewhere_writes_positive_sps_for_every_row(tmp_p
         assert record["backend"] == "cpu"
 
     accelerator = json.loads((out / "accelerator.json").read_text())
-    assert accelerator["backend"] == "cpu" and accelerator["device"] == "cpu:0" and accelerator["jax_platforms"] == "cpu"
+    assert accelerator["backend"] == accelerator["jax_platforms"] == "cpu" and accelerator["device"] == "cpu:0"
     summary = (out / "summary.md").read_text()
     assert summary in proc.stdout  # printed at the end too
     assert summary.startswith("Accelerator: cpu (cpu; cpu:0") and "| 64 envs |" in summary
