@@ -7,7 +7,7 @@ hold it; each part's JSON lines go to a file of its own under ``--out``:
 - ``rollout.jsonl``: ``rollout_sps.py`` on CartPole-v1, 2^10 .. 2^17 envs x 128 steps, the engine's collector and
   the bare gymnax loop (one process, every size);
 - ``ppo_cartpole.jsonl`` and ``ppo_breakout.jsonl``: ``train_sps.py`` (rlpar's PPO, the env's preset) at 1, 4096
-  and 65536 envs x 128 steps, all six rows in one process (``--then``), then rejax's PPO on the same configs
+  and 65536 envs x 128 steps, all of rlpar's rows in one process (``--then``), then rejax's PPO on the same configs
   (``peers.py``; Breakout-MinAtar's preset, an MLP of 2 x 256, matched field by field as in
   ``agents_vs_rejax.py``), its rows in one process too;
 - ``accelerator.json``: what the first process saw (JAX's device, its kind, count and memory, the backend every
@@ -24,7 +24,8 @@ to open the chip and a few seconds of imports; the collector compiles 16 small p
 times each size for 2-3 s: about 100 s; PPO compiles its init and chunk programs (10-30 s per row) and trains for a
 few seconds a row (at 1 env an update of 128 steps takes milliseconds: 512 updates of CartPole, 256 of Breakout; at
 4096 and 65536 envs an update holds 0.5M and 8.4M env steps: 16 and 8 updates of CartPole, 8 and 4 of Breakout):
-about 160 s for rlpar's six rows and 170 s for rejax's five. With 20-30 s of installing that is about 7.5 minutes.
+about 160 s for rlpar's five rows (Breakout at 65536 envs is skipped, below) and 170 s for rejax's five. With
+20-30 s of installing that is about 7.5 minutes.
 
 Breakout-MinAtar at 65536 envs is not run where it cannot fit: its observations alone are 65536 x 128 steps x 400
 float32, 13.4 GB, and PPO keeps a shuffled copy beside them during the update; a row whose observations exceed half
