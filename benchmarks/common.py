@@ -34,16 +34,29 @@ def sps_stats(steps_per_repeat: int, times: list[float]) -> dict:
 
 
 def platform_fields(devices) -> dict:
-    """jax version, backend, device kind and count, and the host's load when measured."""
+    """jax version, backend, the first device as JAX names it, device kind, count and memory (bytes an accelerator
+    lets programs hold; None on a CPU), and the host's load when measured."""
     import jax
 
     return {
         "jax_version": jax.__version__,
         "backend": devices[0].platform,
+        "device": str(devices[0]),
         "device_kind": devices[0].device_kind,
         "num_devices": len(devices),
+        "device_memory_bytes": device_memory(devices[0]),
         **host_fields(),
     }
+
+
+def device_memory(device) -> int | None:
+    """The bytes ``device`` lets programs hold (``memory_stats()["bytes_limit"]``), or None where JAX does not say
+    (a CPU)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # a backend without memory statistics raises rather than returning None
+        return None
+    return (stats or {}).get("bytes_limit")
 
 
 # The vector extensions that decide how fast XLA:CPU's kernels run, as /proc/cpuinfo names them (x86 "flags",
@@ -113,6 +126,36 @@ class Rows:
     def start(self, what: str) -> None:
         self.started += 1
         say(f"row {self.started}/{self.total}: {what} ({time.perf_counter() - self.t0:.0f}s so far)")
+
+
+def split_rows(argv: list[str], separator: str = "--then") -> list[list[str]]:
+    """A command line of several rows, ``--env A ... --then --env B ...``, as one argument list per row: the scripts
+    that take ``--then`` run every row in one process (opening an accelerator costs 10-15 s a process on a TPU,
+    and only one process may hold it)."""
+    rows = [[]]
+    for arg in argv:
+        if arg == separator:
+            rows.append([])
+        else:
+            rows[-1].append(arg)
+    return rows
+
+
+def past_deadline(deadline: float | None) -> bool:
+    """Whether the Unix time ``deadline`` (None: none) has passed: a row is not started after it."""
+    return deadline is not None and time.time() > deadline
+
+
+def not_measured(reason: str, **row) -> None:
+    """Say on stdout, as one JSON line beside the records, that the row ``row`` (its program, env, num_envs) was
+    not measured and why; ``device_run.py`` reads these back."""
+    print(json.dumps({"not_measured": reason, **row}), flush=True)
+
+
+def failure(error: BaseException) -> str:
+    """``error`` as a ``not_measured`` reason: its type and the first line of its message."""
+    message = str(error).strip().splitlines()
+    return f"failed: {type(error).__name__}" + (f": {message[0][:300]}" if message else "")
 
 
 def emit(record: dict, out: str | None) -> None:

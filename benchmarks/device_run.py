@@ -1,37 +1,46 @@
 """The run for a machine with an accelerator, in one command: collector sweep, PPO end to end, rejax beside it.
 
-Started by ``benchmarks/device_run.sh``, which installs the packages first (from wheels, for a machine with no
-network) and sets ``REJAX_PYTHON`` / ``REJAX_SITE`` for the peer. Three parts, each row in a fresh process, each
-part's JSON lines in a file of its own under ``--out``:
+Started by ``benchmarks/device_run.sh``, which installs what the machine lacks first and sets ``REJAX_PYTHON`` /
+``REJAX_SITE`` for the peer. Three processes, since a TPU costs 10-15 s to open per process and only one process may
+hold it; each part's JSON lines go to a file of its own under ``--out``:
 
 - ``rollout.jsonl``: ``rollout_sps.py`` on CartPole-v1, 2^10 .. 2^17 envs x 128 steps, the engine's collector and
-  the bare gymnax loop;
-- ``ppo_cartpole.jsonl``: ``train_sps.py`` (rlpar's PPO, the env's preset) at 1, 4096 and 65536 envs x 128 steps,
-  each followed by rejax's PPO on the same config (``peers.py``);
-- ``ppo_breakout.jsonl``: the same on Breakout-MinAtar with its preset (MLP of 2 x 256; rejax matched field by field
-  as in ``agents_vs_rejax.py``).
+  the bare gymnax loop (one process, every size);
+- ``ppo_cartpole.jsonl`` and ``ppo_breakout.jsonl``: ``train_sps.py`` (rlpar's PPO, the env's preset) at 1, 4096
+  and 65536 envs x 128 steps, all of rlpar's rows in one process (``--then``), then rejax's PPO on the same configs
+  (``peers.py``; Breakout-MinAtar's preset, an MLP of 2 x 256, matched field by field as in
+  ``agents_vs_rejax.py``), its rows in one process too;
+- ``accelerator.json``: what the first process saw (JAX's device, its kind, count and memory, the backend every
+  later process is then pinned to), libtpu's version or ``nvidia-smi``'s line, where JAX came from, the host CPU;
+- ``summary.md``: the accelerator, the tables and every row not measured with its reason, also printed at the end.
 
-``summary.md`` gets the host and the tables that are printed at the end.
+Time. A call on the lent TPU machine may last 600 s, so the whole command, installs included, has ``--budget-s``
+(570 s) from ``device_run.sh``'s start. Each process gets a share of what is left in proportion to ``EXPECTED_S``;
+it starts no row after its share is spent (``--deadline``: the row gets a ``not_measured`` line instead) and is
+stopped ``grace_s`` later (the row in flight is lost and named), and never after the budget's end.
 
-Budgets (``FULL``), for one H200 and under 8 minutes in all, were sized from what costs time there rather than from
-a measurement (none exists yet): each of the 13 processes pays JAX's start-up and the accelerator's initialisation
-(about 5 s) and one compile (XLA:GPU, 5-30 s for PPO's program); training itself is kept to a few seconds per row:
-at 1 env a GPU steps no faster than its kernel launches allow (a few ms per update of 128 steps: 512 updates of
-CartPole, 256 of Breakout), while at 4096 and 65536 envs an update holds 0.5M and 8.4M env steps, so 16 and 8
-updates (CartPole) or 8 and 4 (Breakout: its 2 x 256 MLP over 400 inputs costs about 7 MFLOP of learning per env
-step by ``profile_update.py``'s cost analysis, 60 TFLOP per update at 65536 envs, a second or so on an H200) are
-enough to time several chunks. The collector's 16 programs take a second or two each to compile and 1-2 s to time.
-Summed: about 15 s of installing, a minute or so for the collector, 12 training rows of 15-35 s: 5 to 8 minutes.
-``--budget-s`` (default 420 s) keeps the pessimistic end inside 8: a row gets at most what is left (and never over
-150 s), and rows that no longer fit are skipped and named in the summary.
+``EXPECTED_S`` is an estimate for one TPU v5e chip, not a measurement (none exists yet): each process pays 10-15 s
+to open the chip and a few seconds of imports; the collector compiles 16 small programs (2-5 s each on XLA:TPU) and
+times each size for 2-3 s: about 100 s; PPO compiles its init and chunk programs (10-30 s per row) and trains for a
+few seconds a row (at 1 env an update of 128 steps takes milliseconds: 512 updates of CartPole, 256 of Breakout; at
+4096 and 65536 envs an update holds 0.5M and 8.4M env steps: 16 and 8 updates of CartPole, 8 and 4 of Breakout):
+about 160 s for rlpar's five rows (Breakout at 65536 envs is skipped, below) and 170 s for rejax's five. With
+20-30 s of installing that is about 7.5 minutes.
 
-    bash benchmarks/device_run.sh --out benchmarks/results/2026-12-04/device_h200
-    bash benchmarks/device_run.sh --quick --out /tmp/device_quick      # about 1.5 minutes on a 2-core CPU
+Breakout-MinAtar at 65536 envs is not run where it cannot fit: its observations alone are 65536 x 128 steps x 400
+float32, 13.4 GB, and PPO keeps a shuffled copy beside them during the update; a row whose observations exceed half
+of the device's memory (15.7 GiB on a v5e; known from the first process's records) is skipped with that reason. On
+an accelerator with more memory the row runs.
+
+    bash benchmarks/device_run.sh --out $OUT/device_tpu_v5e
+    bash benchmarks/device_run.sh --quick --out /tmp/device_quick      # 2-3 minutes on a 2-core CPU
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import shutil
@@ -58,8 +67,8 @@ class Budget(NamedTuple):
     rollout_min_repeat_s: float
     train: dict[str, list[tuple[int, int, int]]]
     rejax_repeats: int
-    budget_s: float
-    row_cap_s: float  # no single row runs longer than this
+    budget_s: float  # the whole command, device_run.sh's installs included
+    grace_s: float  # how long past its share a process may finish the row it started
 
 
 FULL = Budget(
@@ -68,7 +77,7 @@ FULL = Budget(
         "CartPole-v1": [(1, 65_536, 64), (4096, 8_388_608, 4), (65536, 67_108_864, 2)],
         "Breakout-MinAtar": [(1, 32_768, 32), (4096, 4_194_304, 2), (65536, 33_554_432, 1)],
     },
-    rejax_repeats=2, budget_s=420, row_cap_s=150,
+    rejax_repeats=2, budget_s=570, grace_s=90,
 )
 QUICK = Budget(
     rollout_envs=[16, 64], rollout_repeats=2, rollout_min_repeat_s=0.05,
@@ -77,76 +86,57 @@ QUICK = Budget(
         "CartPole-v1": [(1, 1024, 4), (64, 16_384, 1)],
         "Breakout-MinAtar": [(8, 4096, 2)],
     },
-    rejax_repeats=1, budget_s=1200, row_cap_s=400,
+    rejax_repeats=1, budget_s=1200, grace_s=400,
 )
 PART_FILES = {"CartPole-v1": "ppo_cartpole.jsonl", "Breakout-MinAtar": "ppo_breakout.jsonl"}
 NUM_STEPS = 128
+# Seconds each process is expected to take on one TPU v5e (an estimate: see above); shares of the budget follow them.
+EXPECTED_S = {"collector": 100, "rlpar": 160, "rejax": 170}
+# float32 numbers in one observation, and the share of the device's memory a row's observations may take.
+OBS_FLOATS = {"CartPole-v1": 4, "Breakout-MinAtar": 400}
+MEMORY_SHARE = 0.5
 
 
-def probe() -> dict:
-    """The accelerator as JAX and ``nvidia-smi`` see it, from a child process (so this one never holds the device:
-    JAX takes most of a GPU's memory when it starts)."""
-    code = ("import json, jax; d = jax.devices(); print(json.dumps({'jax_version': jax.__version__, "
-            "'backend': d[0].platform, 'device_kind': d[0].device_kind, 'num_devices': len(d), "
-            "'platform_version': getattr(d[0].client, 'platform_version', '')}))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if proc.returncode:
-        raise SystemExit(f"[device_run] JAX does not start:\n{proc.stderr[-2000:]}")
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    found["nvidia_smi"] = ""
-    if shutil.which("nvidia-smi"):
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True)
-        found["nvidia_smi"] = smi.stdout.strip()
-    return found
+class Row(NamedTuple):
+    """One measurement: the collector at ``num_envs``, or one program's PPO training at ``num_envs``."""
+
+    kind: str  # "collector", "rlpar" or "rejax"
+    env: str
+    num_envs: int
+    argv: list[str]  # the row's flags for its script (empty for the collector: one command measures every size)
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return self.kind, self.env, self.num_envs
+
+    @property
+    def label(self) -> str:
+        program = "collector" if self.kind == "collector" else f"PPO, {self.kind}"
+        return f"{program}, {self.env}, {_envs(self.num_envs)}"
 
 
-def jax_platforms(found: dict) -> str:
-    """The ``JAX_PLATFORMS`` value that pins every child to the backend found: the accelerator first (the default),
-    the CPU kept beside it for whatever asks for it. ``gpu`` is an alias JAX expands to every GPU plugin, failing on
-    the absent ones, so the one present is named."""
-    if found["backend"] != "gpu":
-        return found["backend"]
-    return ("rocm" if "rocm" in found["platform_version"].lower() else "cuda") + ",cpu"
+def line_key(line: dict) -> tuple[str, str, int]:
+    """The ``Row.key`` a record or ``not_measured`` line answers."""
+    kind = "collector" if line.get("benchmark") == "rollout" else line.get("program") or line["peer"]  # rejax: peer
+    return kind, line["env"], line["num_envs"]
 
 
-class Runner:
-    """Runs rows in fresh processes within the budget; remembers what it skipped and why."""
-
-    def __init__(self, budget: Budget, total_rows: int, env: dict):
-        self.budget, self.env, self.t0 = budget, env, time.perf_counter()
-        self.rows = common.Rows(total_rows)
-        self.skipped: list[str] = []
-
-    def left(self) -> float:
-        return self.budget.budget_s - (time.perf_counter() - self.t0)
-
-    def start(self, what: str) -> float | None:
-        """The seconds this row may take, or None (row skipped) if the budget is spent."""
-        self.rows.start(what)
-        timeout = min(self.budget.row_cap_s, self.left())
-        if timeout < 10:
-            say(f"skipped: {max(self.left(), 0):.0f} s of the {self.budget.budget_s:.0f} s budget left")
-            self.skipped.append(f"{what}: out of time")
-            return None
-        return timeout
-
-    def run(self, what: str, cmd: list[str]) -> bool:
-        timeout = self.start(what)
-        if timeout is None:
-            return False
-        try:
-            proc = subprocess.run(cmd, cwd=common.ROOT, env=self.env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.PIPE, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            say(f"stopped after {timeout:.0f} s: {what}")
-            self.skipped.append(f"{what}: stopped after {timeout:.0f} s")
-            return False
-        if proc.returncode:
-            say(f"failed (exit {proc.returncode}): {what}\n{proc.stderr[-3000:]}")
-            self.skipped.append(f"{what}: failed (exit {proc.returncode})")
-            return False
-        return True
+def plan(budget: Budget, parts: set[str], out_dir: Path) -> dict[str, list[Row]]:
+    """The rows of each process, in order: ``{"collector": [...], "rlpar": [...], "rejax": [...]}``."""
+    rows: dict[str, list[Row]] = {"collector": [], "rlpar": [], "rejax": []}
+    if "rollout" in parts:
+        rows["collector"] = [Row("collector", "CartPole-v1", n, []) for n in budget.rollout_envs]
+    for env_id, part in (("CartPole-v1", "cartpole"), ("Breakout-MinAtar", "breakout")):
+        if part not in parts:
+            continue
+        for num_envs, total, log_every in budget.train[env_id]:
+            rows["rlpar"].append(Row("rlpar", env_id, num_envs, [
+                "--env", env_id, "--devices", "1", "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS),
+                "--total-timesteps", str(total), "--log-every", str(log_every),
+                "--out", str(out_dir / PART_FILES[env_id])]))
+            rows["rejax"].append(Row("rejax", env_id, num_envs,
+                                     [*rejax_flags(env_id, num_envs, total), "--repeats", str(budget.rejax_repeats)]))
+    return rows
 
 
 def rejax_flags(env_id: str, num_envs: int, total: int) -> list[str]:
@@ -157,22 +147,169 @@ def rejax_flags(env_id: str, num_envs: int, total: int) -> list[str]:
     return [*kept, "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS), "--total-timesteps", str(total)]
 
 
-def run_rejax(runner: Runner, what: str, argv: list[str], out: Path, platforms: str) -> None:
-    timeout = runner.start(what)
-    if timeout is None:
-        return
-    if not peers.installed("rejax"):
-        say("skipped: rejax is not installed (no wheels for it in .whl/, no benchmarks/.peers/rejax-venv)")
-        runner.skipped.append(f"{what}: rejax not installed")
-        return
-    record = peers.run_peer("rejax", argv, timeout_s=timeout, platforms=platforms)
-    if record is None:
-        runner.skipped.append(f"{what}: failed or stopped (its message above)")
-        return
-    record = {"benchmark": "train", "program": "rejax", **host_fields(), **record,
-              "command": "python benchmarks/peers.py rejax " + " ".join(argv)}
-    with open(out, "a") as f:  # to the part's file only, as train_sps.py's records (stdout keeps the summary)
-        f.write(json.dumps(record) + "\n")
+def too_big(row: Row, device_memory: int | None) -> str | None:
+    """Why ``row`` cannot fit a device of ``device_memory`` bytes (None: it may, or the memory is unknown)."""
+    if row.kind == "collector" or not device_memory:
+        return None
+    obs_bytes = row.num_envs * NUM_STEPS * OBS_FLOATS[row.env] * 4
+    if obs_bytes <= MEMORY_SHARE * device_memory:
+        return None
+    return (f"does not fit: its observations alone ({row.num_envs} envs x {NUM_STEPS} steps x {OBS_FLOATS[row.env]} "
+            f"float32) are {obs_bytes / 1e9:.1f} GB, over {MEMORY_SHARE:.0%} of the device's "
+            f"{device_memory / 2 ** 30:.1f} GiB (PPO keeps a shuffled copy beside them)")
+
+
+class Clock:
+    """The budget's end, in Unix time (the children's deadlines are Unix times too), and each process's share."""
+
+    def __init__(self, budget: Budget, started: float):
+        self.started, self.end, self.grace_s = started, started + budget.budget_s, budget.grace_s
+
+    def left(self) -> float:
+        return self.end - time.time()
+
+    def share(self, name: str, remaining: list[str]) -> tuple[float, float]:
+        """``(deadline, stop_at)`` for process ``name`` with ``remaining`` (itself included) still to run: no row
+        starts after the deadline, the process is stopped at ``stop_at``."""
+        now, left = time.time(), max(self.left(), 0.0)
+        deadline = now + left * EXPECTED_S[name] / sum(EXPECTED_S[n] for n in remaining)
+        return deadline, min(self.end, deadline + self.grace_s)
+
+
+def reasons(rows: list[Row], lines: list[dict], error: str | None) -> dict[tuple, str]:
+    """Why each row of one process has no record: its own ``not_measured`` line, else what stopped the process
+    (the row in flight when it was stopped, and those after it)."""
+    seen = {line_key(line): line for line in lines if {"env", "num_envs"} <= line.keys()}
+    why, stopped = {}, False
+    for row in rows:
+        line = seen.get(row.key)
+        if line is not None:
+            if "not_measured" in line:
+                why[row.key] = line["not_measured"]
+            continue
+        if error and error.startswith("timed out"):  # the time guard stopped it: this row was in flight
+            why[row.key] = "not started: out of time" if stopped else f"stopped by the time guard ({error})"
+            stopped = True
+        else:
+            why[row.key] = f"no result: the process {error or 'ended without one'} (its messages above)"
+    return why
+
+
+def runnable(rows: list[Row], acc: dict | None) -> tuple[list[Row], list[str]]:
+    """The rows of one process that can run, and the others with why not (too big for the device, or rejax's rows
+    with rejax not installed)."""
+    todo, skipped = [], []
+    for row in rows:
+        why = too_big(row, acc and acc.get("device_memory_bytes"))
+        if why is None and row.kind == "rejax" and not peers.installed("rejax"):
+            why = "rejax is not installed (no wheels for it, no index, no benchmarks/.peers/rejax-venv)"
+        if why:
+            skipped.append(f"{row.label}: {why}")
+        else:
+            todo.append(row)
+    return todo, skipped
+
+
+def run_part(name: str, todo: list[Row], budget: Budget, out_dir: Path, env: dict, deadline: float,
+             stop_at: float) -> tuple[list[dict], str | None]:
+    """Run process ``name`` ("collector", "rlpar" or "rejax") on its rows ``todo``; its JSON lines and what went
+    wrong (None if nothing)."""
+    if name == "collector":  # one command measures every size
+        return run_process(
+            [sys.executable, str(HERE / "rollout_sps.py"), "--env", "CartPole-v1", "--devices", "1",
+             "--num-envs", ",".join(str(r.num_envs) for r in todo), "--num-steps", str(NUM_STEPS),
+             "--repeats", str(budget.rollout_repeats), "--min-repeat-s", str(budget.rollout_min_repeat_s),
+             "--out", str(out_dir / "rollout.jsonl"), "--deadline", str(deadline)], env, stop_at)
+    joined = [arg for n, row in enumerate(todo)
+              for arg in [*(["--then"] if n else []), *row.argv, "--deadline", str(deadline)]]
+    if name == "rlpar":
+        return run_process([sys.executable, str(HERE / "train_sps.py"), *joined], env, stop_at)
+    lines, error = peers.run_peer_lines("rejax", joined, timeout_s=max(stop_at - time.time(), 1.0),
+                                        platforms=env.get("JAX_PLATFORMS", "cpu"))
+    write_rejax_records(lines, out_dir, joined)
+    return lines, error
+
+
+def write_rejax_records(lines: list[dict], out_dir: Path, argv: list[str]) -> None:
+    """rejax's records, to its part's file beside rlpar's (stdout keeps the summary)."""
+    for line in lines:
+        if "not_measured" in line:
+            continue
+        record = {"benchmark": "train", "program": "rejax", **host_fields(), **line,
+                  "command": "python benchmarks/peers.py rejax " + " ".join(argv)}
+        with open(out_dir / PART_FILES[line["env"]], "a") as f:
+            f.write(json.dumps(record) + "\n")
+
+
+def run_process(cmd: list[str], env: dict, stop_at: float) -> tuple[list[dict], str | None]:
+    """Run ``cmd`` until ``stop_at`` (Unix time); its stdout's JSON lines, those of a stopped run included, and
+    what went wrong (None if nothing). Its stderr (progress, errors) passes through."""
+    timeout = max(stop_at - time.time(), 1.0)
+    try:
+        proc = subprocess.run(cmd, cwd=common.ROOT, env=env, stdout=subprocess.PIPE, text=True, timeout=timeout)
+        stdout, error = proc.stdout, f"failed (exit {proc.returncode})" if proc.returncode else None
+    except subprocess.TimeoutExpired as stopped:
+        stdout = stopped.output.decode(errors="replace") if isinstance(stopped.output, bytes) else stopped.output or ""
+        error = f"timed out after {timeout:.0f}s"  # as peers.run_peer_lines says it
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")], error
+
+
+def accelerator(first: dict) -> dict:
+    """What the first process saw (its first record's platform fields), with what this process can add without
+    opening the device, and the ``JAX_PLATFORMS`` that pins later processes to the backend found."""
+    spec = importlib.util.find_spec("jax")
+    found = {key: first.get(key) for key in ("jax_version", "backend", "device", "device_kind", "num_devices",
+                                             "device_memory_bytes")}
+    return {**found, "jax_platforms": jax_platforms(first["backend"]),
+            "jax_from": str(Path(spec.origin).parent) if spec else None,
+            "libtpu": _version("libtpu"), "nvidia_smi": nvidia_smi(), "python_executable": sys.executable,
+            **{key: first.get(key) for key in ("cpu", "host_cpus", "python", "time_utc")}}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def nvidia_smi() -> str:
+    if not shutil.which("nvidia-smi"):
+        return ""
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    return smi.stdout.strip()
+
+
+def probe() -> dict:
+    """The platform fields from a child of its own, for when the first process left no record to read them from
+    (it failed): the summary still names the accelerator. Costs one more opening of the device."""
+    code = ("import json, sys, jax; sys.path.insert(0, %r); import common; "
+            "print(json.dumps(common.platform_fields(jax.devices())))" % str(HERE))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(f"[device_run] JAX does not start:\n{proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def jax_platforms(backend: str) -> str:
+    """The ``JAX_PLATFORMS`` value that pins every later child to the backend found: the accelerator first, the CPU
+    kept beside it for whatever asks for it. ``gpu`` is an alias JAX expands to every GPU plugin, failing on the
+    absent ones, so the one present is named."""
+    if backend == "cpu":
+        return "cpu"
+    if backend == "gpu":
+        backend = "cuda"  # a ROCm machine names itself "rocm"
+    return f"{backend},cpu"
+
+
+def expected_accelerator() -> str | None:
+    """An accelerator this machine has by its software (libtpu installed, ``nvidia-smi`` listing a GPU), or None."""
+    if _version("libtpu"):
+        return "libtpu is installed"
+    if nvidia_smi():
+        return "nvidia-smi lists a GPU"
+    return None
 
 
 def sps(record: dict) -> float:
@@ -191,10 +328,15 @@ def _envs(n: int) -> str:
     return f"{n} env{'s' if n > 1 else ''}"
 
 
-def summary(out_dir: Path, found: dict, host: dict, skipped: list[str], wall_s: float) -> str:
-    lines = [f"Host: {found['nvidia_smi'] or found['device_kind']}; JAX {found['jax_version']} on {found['backend']} "
-             f"({found['num_devices']} device(s), {found['device_kind']}); CPU {host['cpu']}, {host['host_cpus']} "
-             f"cores; python {host['python']}; {host['time_utc']}; {wall_s:.0f} s in all.", ""]
+def summary(out_dir: Path, acc: dict, not_run: list[str], times: dict[str, float]) -> str:
+    memory = acc.get("device_memory_bytes")
+    lines = [f"Accelerator: {acc['device_kind']} ({acc['backend']}; {acc['device']}; {acc['num_devices']} device(s)"
+             + (f", {memory / 2 ** 30:.1f} GiB" if memory else "") + ")"
+             + (f"; libtpu {acc['libtpu']}" if acc.get("libtpu") else "")
+             + (f"; {acc['nvidia_smi']}" if acc.get("nvidia_smi") else "")
+             + f"; JAX {acc['jax_version']}. Host CPU {acc['cpu']}, {acc['host_cpus']} cores; python {acc['python']}; "
+             f"{acc['time_utc']}. Packages {times['packages']:.0f} s, rows {times['rows']:.0f} s, "
+             f"{times['packages'] + times['rows']:.0f} s of the {times['budget']:.0f} s budget.", ""]
     rollout = read_jsonl(out_dir / "rollout.jsonl") if (out_dir / "rollout.jsonl").exists() else []
     if rollout:
         lines += ["| collector, CartPole-v1 x 128 steps | engine SPS | bare gymnax SPS | engine overhead | compile s |",
@@ -212,7 +354,7 @@ def summary(out_dir: Path, found: dict, host: dict, skipped: list[str], wall_s: 
         lines += [f"| PPO {env_id}, x {NUM_STEPS} steps | env steps | rlpar SPS | rejax SPS | rlpar / rejax | "
                   "compile s rlpar, rejax |", "|---|---|---|---|---|---|"]
         by = {(r["program"], r["num_envs"]): r for r in records}
-        for n in dict.fromkeys(r["num_envs"] for r in records):
+        for n in sorted({r["num_envs"] for r in records}):
             ours, theirs = by.get(("rlpar", n)), by.get(("rejax", n))
             ratio = f"{sps(ours) / sps(theirs):.2f}x" if ours and theirs else "n/a"
             compiles = ", ".join("n/a" if r is None else f"{r['compile_s']:.1f}" for r in (ours, theirs))
@@ -220,8 +362,8 @@ def summary(out_dir: Path, found: dict, host: dict, skipped: list[str], wall_s: 
             lines.append(f"| {_envs(n)} | {_k(steps)} | {_k(sps(ours)) if ours else 'n/a'} | "
                          f"{_k(sps(theirs)) if theirs else 'n/a'} | {ratio} | {compiles} |")
         lines.append("")
-    if skipped:
-        lines += ["Not measured:", *[f"- {s}" for s in skipped], ""]
+    if not_run:
+        lines += ["Not measured:", *[f"- {s}" for s in not_run], ""]
     return "\n".join(lines)
 
 
@@ -231,11 +373,12 @@ def parse_args(argv=None):
     parser.add_argument("--out", default=None, help="output folder (default: benchmarks/results/<date>/device_run, "
                                                     "or /tmp/device_run_quick with --quick)")
     parser.add_argument("--budget-s", type=float, default=None,
-                        help=f"seconds for all rows (default {FULL.budget_s:.0f}, --quick {QUICK.budget_s:.0f})")
+                        help=f"seconds for the whole command from device_run.sh's start, installs included (default "
+                             f"{FULL.budget_s:.0f}, --quick {QUICK.budget_s:.0f})")
     parser.add_argument("--parts", default="rollout,cartpole,breakout", help="comma list of parts to run")
-    parser.add_argument("--offline", action="store_true", help="(device_run.sh) install nothing from the index")
+    parser.add_argument("--offline", action="store_true", help="(device_run.sh) install nothing from an index")
     parser.add_argument("--allow-cpu", action="store_true",
-                        help="run on the CPU although nvidia-smi lists a GPU (JAX found none)")
+                        help="run on the CPU although libtpu is installed or nvidia-smi lists a GPU (JAX found none)")
     return parser.parse_args(argv)
 
 
@@ -244,54 +387,57 @@ def main(argv=None) -> int:
     budget = QUICK if args.quick else FULL
     if args.budget_s is not None:
         budget = budget._replace(budget_s=args.budget_s)
+    started = float(os.environ.get("DEVICE_RUN_STARTED") or time.time())  # set by device_run.sh before installing
+    t0 = time.time()
+    clock = Clock(budget, started)
     date = host_fields()["time_utc"][:10]
     out_dir = Path(args.out or ("/tmp/device_run_quick" if args.quick else f"benchmarks/results/{date}/device_run"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    parts = set(args.parts.split(","))
-    t0 = time.perf_counter()
+    for name in ("rollout.jsonl", *PART_FILES.values(), "summary.md", "accelerator.json"):  # a fresh set of files
+        (out_dir / name).unlink(missing_ok=True)
+    rows = plan(budget, set(args.parts.split(",")), out_dir)
+    order = [name for name in rows if rows[name]]
 
-    found, host = probe(), host_fields()
-    say(f"accelerator: {found['nvidia_smi'] or 'nvidia-smi: none'}; JAX {found['jax_version']} sees "
-        f"{found['num_devices']} x {found['device_kind']} ({found['backend']})")
-    say(f"host: {host['cpu']}, {host['host_cpus']} cores, python {host['python']} ({sys.executable})")
-    rejax_where = os.environ.get("REJAX_PYTHON", "") + (f" with {os.environ['REJAX_SITE']}"
+    say(f"host: {common.cpu_description()}, {os.cpu_count()} cores, python {sys.version.split()[0]} ({sys.executable})")
+    rejax_where = os.environ.get("REJAX_PYTHON", "") + (f" with PYTHONPATH={os.environ['REJAX_SITE']}"
                                                        if os.environ.get("REJAX_SITE") else "")
     say(f"rejax: {rejax_where or peers.venv_python('rejax')}" if peers.installed("rejax") else "rejax: not installed")
-    if found["nvidia_smi"] and found["backend"] == "cpu" and not args.allow_cpu:
-        raise SystemExit("[device_run] nvidia-smi lists a GPU but JAX runs on the CPU (is the CUDA plugin "
-                         "installed for this python?); --allow-cpu runs anyway")
-    platforms = jax_platforms(found)
-    # Every child on the backend found (a failing plugin then stops a row instead of moving it to the CPU); rlpar's
-    # program cache off, so that each row's compile_s is a real compile.
-    env = {**os.environ, "JAX_PLATFORMS": platforms, "RLPAR_CACHE_DIR": "off"}
-    for name in ("rollout.jsonl", *PART_FILES.values(), "summary.md"):  # a fresh set of files
-        (out_dir / name).unlink(missing_ok=True)
+    say(f"{sum(len(r) for r in rows.values())} rows in {len(order)} processes; {clock.left():.0f} s of the "
+        f"{budget.budget_s:.0f} s budget left after {t0 - started:.0f} s of installing")
 
-    train_envs = [e for e, part in (("CartPole-v1", "cartpole"), ("Breakout-MinAtar", "breakout")) if part in parts]
-    total = ("rollout" in parts) + 2 * sum(len(budget.train[e]) for e in train_envs)
-    runner = Runner(budget, total, env)
-    python = sys.executable
-    if "rollout" in parts:
-        sizes = ",".join(str(n) for n in budget.rollout_envs)
-        runner.run(f"collector, CartPole-v1 at {sizes} envs",
-                   [python, str(HERE / "rollout_sps.py"), "--env", "CartPole-v1", "--devices", "1", "--num-envs", sizes,
-                    "--num-steps", str(NUM_STEPS), "--repeats", str(budget.rollout_repeats),
-                    "--min-repeat-s", str(budget.rollout_min_repeat_s), "--out", str(out_dir / "rollout.jsonl")])
-    for env_id in train_envs:
-        out = out_dir / PART_FILES[env_id]
-        for num_envs, total_steps, log_every in budget.train[env_id]:
-            what = f"PPO {env_id}, {_envs(num_envs)}, {total_steps:,} steps"
-            runner.run(f"{what}, rlpar",
-                       [python, str(HERE / "train_sps.py"), "--env", env_id, "--devices", "1", "--num-envs",
-                        str(num_envs), "--num-steps", str(NUM_STEPS), "--total-timesteps", str(total_steps),
-                        "--log-every", str(log_every), "--out", str(out)])
-            run_rejax(runner, f"{what}, rejax",
-                      [*rejax_flags(env_id, num_envs, total_steps), "--repeats", str(budget.rejax_repeats)], out,
-                      platforms)
-    text = summary(out_dir, found, host, runner.skipped, time.perf_counter() - t0)
+    # The first process runs on JAX's default backend and tells which it is; every later one is pinned to it (a
+    # failing plugin then stops a row instead of moving it to the CPU). rlpar's program cache is off, so that each
+    # row's compile_s is a real compile.
+    env = {**os.environ, "RLPAR_CACHE_DIR": "off"}
+    acc, not_run = None, []
+    for i, name in enumerate(order):
+        todo, skipped = runnable(rows[name], acc)
+        not_run += skipped
+        if not todo:
+            continue
+        deadline, stop_at = clock.share(name, order[i:])
+        say(f"{name}: {len(todo)} rows in one process, none started after {deadline - time.time():.0f} s, stopped "
+            f"after {stop_at - time.time():.0f} s")
+        lines, error = run_part(name, todo, budget, out_dir, env, deadline, stop_at)
+        why = reasons(todo, lines, error)
+        not_run += [f"{row.label}: {why[row.key]}" for row in todo if row.key in why]
+        if acc is None:
+            acc = accelerator(next((line for line in lines if "backend" in line), None) or probe())
+            env["JAX_PLATFORMS"] = acc["jax_platforms"]
+            (out_dir / "accelerator.json").write_text(json.dumps(acc, indent=1) + "\n")
+            say(f"accelerator: {acc['device_kind']} ({acc['device']}, {acc['backend']}), JAX {acc['jax_version']} "
+                f"from {acc['jax_from']}; later processes pinned to JAX_PLATFORMS={acc['jax_platforms']}")
+            expected = expected_accelerator()
+            if acc["backend"] == "cpu" and expected and not args.allow_cpu:
+                raise SystemExit(f"[device_run] {expected} but JAX runs on the CPU (is its plugin importable by "
+                                 f"{sys.executable}?); --allow-cpu runs anyway")
+    if acc is None:  # every row was skipped
+        acc = accelerator(probe())
+    times = {"packages": t0 - started, "rows": time.time() - t0, "budget": budget.budget_s}
+    text = summary(out_dir, acc, not_run, times)
     (out_dir / "summary.md").write_text(text)
     print(text, flush=True)
-    say(f"wrote {out_dir} in {time.perf_counter() - t0:.0f} s")
+    say(f"wrote {out_dir} in {time.time() - started:.0f} s")
     return 0
 
 

@@ -1,79 +1,106 @@
 #!/usr/bin/env bash
 # One command for a machine with an accelerator: the collector from 2^10 to 2^17 envs, then PPO on CartPole-v1 and on
-# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar against rejax on the same configs (under 8 minutes on
-# one H200 by estimate and by a time guard: benchmarks/device_run.py says how). JSON lines per part and a summary go
-# to --out.
+# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar against rejax on the same configs, within 570 s from
+# this script's start (a call on the lent TPU machine lasts at most 600 s; benchmarks/device_run.py says how the time
+# is shared). JSON lines per part, accelerator.json and summary.md go to --out.
 #
-#   bash benchmarks/device_run.sh [--quick] [--out DIR] [--offline] [--budget-s S]
+#   bash benchmarks/device_run.sh [--quick] [--out DIR] [--offline] [--budget-s S] [--parts rollout,cartpole,breakout]
 #
-# Packages: with wheels in .whl/ (benchmarks/device_wheels.sh, run where pip reaches the index), rlpar's and rejax's
-# are installed from them into .whl/site-<python version>/ (rejax's gymnax < 1 in a folder of its own); without, the
-# packages $PYTHON already imports are used, and what is missing is installed from the index (never with --offline:
-# rejax's rows are then skipped). $PYTHON (default python3) runs everything, rejax included; jax comes with it.
+# Python: $PYTHON, else .venv/bin/python where it exists, else python3; it must import jax as it stands (on the TPU
+# machine JAX comes from a folder PYTHONPATH names: that PYTHONPATH is kept, and this script's folders appended).
+# Packages, group by group (benchmarks/device_requirements/, benchmarks/device_packages.py): what the Python lacks is
+# installed into .device-site/python<version>/<group>/ (git ignores it), from the wheels in .whl/ when they cover
+# the group (benchmarks/device_wheels.sh), else from the index: $INDEX_URL, else the machine's own
+# file:///opt/pypi/simple where it exists, else pip's configured one; never from an index with --offline. rejax's
+# gymnax < 1 always goes to a folder of its own, first on rejax's path; without it rejax's rows are skipped.
 set -euo pipefail
+export DEVICE_RUN_STARTED=${DEVICE_RUN_STARTED:-$(date +%s)}  # device_run.py counts the budget from here
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-python=${PYTHON:-python3}
-wheels=${WHEELS:-$root/.whl}
+say() { echo "[device_run] $*" >&2; }
 offline=0
 for arg in "$@"; do [[ $arg == --offline ]] && offline=1; done
-say() { echo "[device_run] $*" >&2; }
 
+if [[ -n ${PYTHON:-} ]]; then
+  python=$PYTHON
+elif [[ -x $root/.venv/bin/python ]]; then
+  python=$root/.venv/bin/python
+else
+  python=python3
+fi
+if ! JAX_PLATFORMS=cpu "$python" -c 'import jax' >/dev/null 2>&1; then
+  say "$python cannot import jax (PYTHONPATH=${PYTHONPATH:-}): set PYTHON to a Python that has JAX," \
+    "e.g. PYTHON=.venv/bin/python after python3 -m venv .venv && .venv/bin/pip install -e ."
+  exit 1
+fi
 pyver=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-site=$wheels/site-$pyver
+wheels=${WHEELS:-$root/.whl}
+sites=${DEVICE_SITE:-$root/.device-site}/python$pyver
+index=${INDEX_URL:-}
+if [[ -z $index && -d /opt/pypi/simple ]]; then index=file:///opt/pypi/simple; fi
 
-# install GROUP SOURCE: the packages of benchmarks/device_requirements/GROUP.txt into $site/GROUP, from the wheels
-# (SOURCE=wheels) or the index (SOURCE=index); once per list (a stamp holds the list it installed).
+append() { local path=$1 dir; shift; for dir; do path=${path:+$path:}$dir; done; echo "$path"; }
+packages() { PYTHONPATH=$1 "$python" benchmarks/device_packages.py "${@:2}"; }  # PATH COMMAND ARGS...
+
+# install GROUP: benchmarks/device_requirements/GROUP.txt into $sites/GROUP, once per list (a stamp holds the list
+# it installed); from the wheels if they cover the group, else the index.
 install() {
-  local group=$1 source=$2 list=benchmarks/device_requirements/$1.txt target=$site/$1
+  local group=$1 list=benchmarks/device_requirements/$1.txt target=$sites/$1 origin
+  local from=(--isolated --no-index --find-links "$wheels") config=(env PIP_CONFIG_FILE=/dev/null)
   if [[ -f $target/.installed ]] && cmp -s "$list" "$target/.installed"; then return 0; fi
-  rm -rf "$target" && mkdir -p "$target"
-  local from=(--no-index --find-links "$wheels")
-  [[ $source == index ]] && from=()
-  if "$python" -m pip install -q --no-deps --no-compile --disable-pip-version-check "${from[@]}" --target "$target" \
-      -r "$list" >"$target.log" 2>&1; then
-    cp "$list" "$target/.installed"
-    say "installed $group's packages from the $source into $target"
+  if packages "" wheels "$wheels" "$group" >/dev/null; then
+    origin="the wheels in $wheels"
+  elif ((offline)); then
+    say "$group: $wheels lacks $(packages "" wheels "$wheels" "$group" | tr '\n' ' ')and --offline: not installed"
+    return 1
+  elif [[ -n $index ]]; then  # the chosen index alone: no find-links, extra index or constraints from pip's settings
+    origin="the index $index" from=(--isolated --index-url "$index")
   else
-    say "could not install $group's packages from the $source ($target.log)"
+    origin="pip's own index" from=() config=()
+  fi
+  rm -rf "$target" && mkdir -p "$target"
+  if "${config[@]}" "$python" -m pip install -q --no-deps --no-compile --only-binary=:all: \
+      --disable-pip-version-check --target "$target" "${from[@]}" -r "$list" >"$target.log" 2>&1; then
+    cp "$list" "$target/.installed"
+    say "$group: installed from $origin into $target"
+  else
+    say "$group: could not install from $origin ($(grep -m1 ERROR "$target.log" || tail -1 "$target.log"))"
     rm -rf "$target"
     return 1
   fi
 }
 
-imports() { PYTHONPATH=$1 "$python" -c "$2" >/dev/null 2>&1; }
-gymnax_major='import importlib.metadata as m; major = int(m.version("gymnax").split(".")[0])'
-rlpar_check="import gymnax, distrax, flashbax; $gymnax_major; assert major >= 1"
-rejax_check="import rejax, gymnax; $gymnax_major; assert major == 0"
+# need PATH GROUP...: PATH with the folders of the groups it lacks appended, each installed first (a group that
+# cannot be installed is left out: the import check below names what is then missing).
+need() {
+  local path=$1 group; shift
+  for group; do
+    if ! packages "$path" missing "$group" >/dev/null && install "$group"; then
+      path=$(append "$path" "$sites/$group")
+    fi
+  done
+  echo "$path"
+}
 
-have_wheels=0
-ls "$wheels"/*.whl >/dev/null 2>&1 && have_wheels=1
-from_index() { ((!offline)); }
-
-# rlpar runs from the working tree, its packages from the wheels, else $python's own, else the index.
-rlpar_path=$root
-if ((have_wheels)) && install shared wheels && install rlpar wheels; then
-  rlpar_path=$root:$site/rlpar:$site/shared
-elif ! imports "$root" "$rlpar_check" && from_index && install shared index && install rlpar index; then
-  rlpar_path=$root:$site/rlpar:$site/shared
-fi
-if ! imports "$rlpar_path" "$rlpar_check"; then
-  say "rlpar's packages (gymnax 1.0, distrax, flashbax) are not importable with $python; see benchmarks/README.md"
+machine_path=${PYTHONPATH:-}
+rlpar_path=$(need "$(append "$machine_path" "$root")" machine shared rlpar)
+if ! why=$(packages "$rlpar_path" imports rlpar); then
+  say "rlpar's programs do not import with $python: $why (benchmarks/README.md, 'The accelerator run')"
   exit 1
 fi
 
-# rejax: $python with a folder of its own from the wheels, else its venv (benchmarks/peers.py install), else the
-# index, else its rows are skipped.
+# rejax: its own folder first (gymnax 0.0.9 before any other), then the machine's path and the shared groups.
 unset REJAX_PYTHON REJAX_SITE
-rejax_from() { install shared "$1" && install rejax "$1" && imports "$site/rejax:$site/shared" "$rejax_check"; }
-if ((have_wheels)) && rejax_from wheels; then
-  export REJAX_PYTHON=$python REJAX_SITE=$site/rejax:$site/shared
+rejax_path=$(need "$machine_path" machine shared)
+if ! packages "$rejax_path" missing rejax >/dev/null && install rejax; then
+  rejax_path=$sites/rejax${rejax_path:+:$rejax_path}
+fi
+if why=$(packages "$rejax_path" imports rejax); then
+  export REJAX_PYTHON=$python REJAX_SITE=$rejax_path
 elif [[ -x benchmarks/.peers/rejax-venv/bin/python ]]; then
-  say "rejax from its venv, benchmarks/.peers/rejax-venv"
-elif from_index && rejax_from index; then
-  export REJAX_PYTHON=$python REJAX_SITE=$site/rejax:$site/shared
+  say "rejax from its venv, benchmarks/.peers/rejax-venv ($python with its packages: $why)"
 else
-  say "rejax is not installed (no wheels in $wheels for python $pyver, no venv, no index): its rows are skipped"
+  say "rejax's rows are skipped: $why"
 fi
 
 PYTHONPATH=$rlpar_path exec "$python" benchmarks/device_run.py "$@"

@@ -15,6 +15,10 @@ Usage (from the repository root)::
 packages (never rlpar: its gymnax is incompatible), trains, and prints one JSON result line. This file therefore
 imports nothing but the standard library at the top.
 
+Several rows run in one process when joined by ``--then`` (``peers.py rejax --num-envs 1 --then --num-envs 4096``:
+one JSON line each; a TPU costs 10-15 s to open per process). A row whose ``--deadline`` (Unix time) has passed is
+not started, and a row that fails does not stop the next: a ``{"not_measured": reason, ...}`` line says so.
+
 A peer can also run from an interpreter and a package folder of your choosing instead of its venv (a machine without
 the venvs, where the peer's packages were installed with ``pip install --target DIR``)::
 
@@ -348,6 +352,7 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed training runs; median and min/max reported")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (sb3 only)")
     parser.add_argument("--profile", action="store_true", help="rejax ppo: time one update's pieces (profile_update.py)")
+    parser.add_argument("--deadline", type=float, default=None, help="Unix time after which this row is not started")
 
 
 def peer_xla_flags(flags: str) -> str:
@@ -361,9 +366,21 @@ def run_peer(peer: str, argv: list[str], timeout_s: float = 900, python: str | N
     """Run ``peer`` in its venv, or with ``python`` (``$<PEER>_PYTHON``) and ``site`` as its ``PYTHONPATH``
     (``$<PEER>_SITE``), on JAX's ``platforms`` (``$<PEER>_JAX_PLATFORMS``, else ``cpu``); returns its JSON record,
     or None (with a message) if it is not installed or fails."""
-    if not installed(peer, python):
-        print(f"[peers] {peer} skipped: not installed (python benchmarks/peers.py install)", file=sys.stderr)
+    lines, error = run_peer_lines(peer, argv, timeout_s, python, site, platforms)
+    records = [line for line in lines if "not_measured" not in line]
+    if error or not records:
+        print(f"[peers] {peer}: {error or 'no result'}", file=sys.stderr)
         return None
+    return records[-1]
+
+
+def run_peer_lines(peer: str, argv: list[str], timeout_s: float = 900, python: str | None = None,
+                   site: str | None = None, platforms: str | None = None) -> tuple[list[dict], str | None]:
+    """``run_peer`` for one row or several (``--then``): every JSON line the peer printed (records, and
+    ``not_measured`` lines), those of a run stopped at ``timeout_s`` included, and what went wrong (None if
+    nothing; the peer's error output is printed)."""
+    if not installed(peer, python):
+        return [], "skipped: not installed (python benchmarks/peers.py install)"
     name = peer.upper()
     site = site or os.environ.get(f"{name}_SITE")
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
@@ -376,30 +393,58 @@ def run_peer(peer: str, argv: list[str], timeout_s: float = 900, python: str | N
     cmd = [peer_python(peer, python), str(Path(__file__).resolve()), "--inside", peer, *argv]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        print(f"[peers] {peer} timed out after {timeout_s:.0f}s", file=sys.stderr)
-        return None
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
-    if proc.returncode or not lines:
-        print(f"[peers] {peer} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}", file=sys.stderr)
-        return None
-    return json.loads(lines[-1])
+        stdout, stderr = proc.stdout, proc.stderr
+        error = f"failed (exit {proc.returncode})" if proc.returncode else None
+    except subprocess.TimeoutExpired as stopped:  # its output so far comes as bytes
+        stdout, stderr = (_text(stopped.output), _text(stopped.stderr))
+        error = f"timed out after {timeout_s:.0f}s"
+    if error:
+        print(f"[peers] {peer} {error}:\n{stderr[-3000:]}", file=sys.stderr)
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")], error
+
+
+def _text(output: bytes | str | None) -> str:
+    return output.decode(errors="replace") if isinstance(output, bytes) else output or ""
+
+
+def _inside(peer: str, argv: list[str]) -> int:
+    """In the peer's interpreter: each row of ``argv`` (rows joined by ``--then``), one JSON line each."""
+    import traceback
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser)
+    rows = [[]]
+    for arg in argv:
+        rows.append([]) if arg == "--then" else rows[-1].append(arg)
+    failed = False
+    for row in rows:
+        args = parser.parse_args(row)
+        what = {"benchmark": "train", "program": peer, "env": args.env, "num_envs": args.num_envs}
+        if args.deadline is not None and time.time() > args.deadline:
+            print(f"[peers] {peer}: not started, past its deadline: {args.env}, {args.num_envs} envs", file=sys.stderr)
+            print(json.dumps({"not_measured": "not started: out of time", **what}), flush=True)
+            continue
+        rejax_fn = _rejax_profile if args.profile else _rejax_learning if args.seeds else _rejax_main
+        main_fn = {"rejax": rejax_fn, "sb3": _sb3_main}[peer]
+        try:
+            record = main_fn(args)
+        except Exception as error:  # the next row may still run
+            traceback.print_exc()
+            message = str(error).strip().splitlines()
+            reason = f"failed: {type(error).__name__}" + (f": {message[0][:300]}" if message else "")
+            print(json.dumps({"not_measured": reason, **what}), flush=True)
+            failed = True
+            continue
+        record.update(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
+                      total_timesteps=args.total_timesteps)
+        print(json.dumps(record), flush=True)
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--inside"]:
-        peer = argv[1]
-        parser = argparse.ArgumentParser()
-        add_config_flags(parser)
-        args = parser.parse_args(argv[2:])
-        rejax_fn = _rejax_profile if args.profile else _rejax_learning if args.seeds else _rejax_main
-        main_fn = {"rejax": rejax_fn, "sb3": _sb3_main}[peer]
-        record = main_fn(args)
-        record.update(env=args.env, num_envs=args.num_envs, num_steps=args.num_steps,
-                      total_timesteps=args.total_timesteps)
-        print(json.dumps(record), flush=True)
-        return 0
+        return _inside(argv[1], argv[2:])
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("command", choices=["install", "rejax", "sb3"])

@@ -18,6 +18,9 @@ the median over repeats is reported.
     python benchmarks/rollout_sps.py --env CartPole-v1 --num-envs 1024 --devices 2
     python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1 --out results/rollout.jsonl
 
+``--deadline`` (Unix time) leaves the sizes not started by then unmeasured, and a size that fails does not stop the
+next; either way a ``{"not_measured": reason, ...}`` line on stdout says so.
+
 Each measurement is one JSON line (``program`` = ``engine`` or ``bare``); the engine line also has
 ``overhead_vs_bare`` = bare SPS / engine SPS - 1.
 """
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+import traceback
 from typing import Any, NamedTuple
 
 import common  # also puts the repository root on sys.path
@@ -254,6 +258,8 @@ def parse_args(argv=None):
                         help="collects per compiled call (0: from --min-steps-per-call)")
     parser.add_argument("--no-bare", action="store_true", help="time only the engine")
     parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="Unix time after which no further --num-envs is started (a not_measured line each)")
     args = parser.parse_args(argv)
     args.num_envs = [int(n) for n in args.num_envs.split(",")]
     args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
@@ -270,11 +276,24 @@ def main(argv=None) -> int:
     for num_envs in sorted(set(args.num_envs) - set(sizes)):
         print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)
     progress = common.Rows(len(sizes))
+    failed = False
     for num_envs in sizes:
+        what = dict(benchmark="rollout", env=args.env, num_envs=num_envs)
+        if common.past_deadline(args.deadline):
+            common.say(f"not started, past the deadline: num_envs={num_envs}")
+            common.not_measured("not started: out of time", **what)
+            continue
         progress.start(f"num_envs={num_envs} on {len(devices)} device(s): compiling, then timing")
-        for record in measure(args, num_envs, devices):
+        try:
+            records = measure(args, num_envs, devices)
+        except Exception as error:  # the next size may still run (a smaller one after running out of memory)
+            traceback.print_exc()
+            common.not_measured(common.failure(error), **what)
+            failed = True
+            continue
+        for record in records:
             emit(record, args.out)
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

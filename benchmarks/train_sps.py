@@ -9,6 +9,12 @@ Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads it
 
     python benchmarks/train_sps.py --devices 1
     python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000 --out results/train.jsonl
+    python benchmarks/train_sps.py --num-envs 1 --out t.jsonl --then --env Breakout-MinAtar --num-envs 64 --out t.jsonl
+
+``--then`` starts another row, with flags of its own, in the same process (on a TPU each process pays 10-15 s to
+open the chip). A row whose ``--deadline`` (Unix time) has passed is not started, and a row that fails does not stop
+the next; either way a ``{"not_measured": reason, ...}`` line on stdout says so, and the exit status is 1 if any
+row failed.
 
 PPO flags are the same as ``python -m rlpar.train ppo`` (generated from ``PPOConfig``), and as there they start
 from the ``--env``'s preset (``PPOConfig.for_env``; CartPole-v1's is the plain defaults).
@@ -18,6 +24,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
+import traceback
 
 import common  # also puts the repository root on sys.path
 from common import command_line, emit, platform_fields, sps_stats
@@ -90,6 +98,7 @@ def parse_args(argv=None):
     parser.add_argument("--target-return", type=float, default=475.0, help="return that counts as solved")
     parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
     parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    parser.add_argument("--deadline", type=float, default=None, help="Unix time after which this row is not started")
     run_base = RunConfig(eval_every=0)  # speed: no evaluation in the timed chunks unless asked (--eval-every)
     cli.add_dataclass_flags(parser, RunConfig, "run", base=run_base)
     base = PPOConfig.for_env(known.env or RunConfig.env)  # the env's preset, as the training CLI's base
@@ -103,14 +112,26 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    args, run_config, config = parse_args(argv)
-    seeds = [int(s) for s in args.seeds.split(",")]
-    progress = common.Rows(len(seeds))
-    for seed in seeds:
-        progress.start(f"seed {seed}: training {config.total_timesteps:,} steps on {run_config.devices or 'all'} "
-                       "device(s)")
-        emit(train_record(config.replace(seed=seed), run_config, args.target_return), args.out)
-    return 0
+    failed = False
+    for row in common.split_rows(sys.argv[1:] if argv is None else argv):
+        args, run_config, config = parse_args(row)
+        what = dict(benchmark="train", program="rlpar", env=run_config.env, num_envs=config.num_envs)
+        if common.past_deadline(args.deadline):
+            common.say(f"not started, past its deadline: {run_config.env}, {config.num_envs} envs")
+            common.not_measured("not started: out of time", **what)
+            continue
+        seeds = [int(s) for s in args.seeds.split(",")]
+        progress = common.Rows(len(seeds))
+        try:
+            for seed in seeds:
+                progress.start(f"seed {seed}: {run_config.env}, {config.num_envs} envs, training "
+                               f"{config.total_timesteps:,} steps on {run_config.devices or 'all'} device(s)")
+                emit(train_record(config.replace(seed=seed), run_config, args.target_return), args.out)
+        except Exception as error:  # the next row may still run (another env, fewer envs)
+            traceback.print_exc()
+            common.not_measured(common.failure(error), **what)
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
