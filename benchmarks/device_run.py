@@ -19,13 +19,11 @@ Time. A call on the lent TPU machine may last 600 s, so the whole command, insta
 it starts no row after its share is spent (``--deadline``: the row gets a ``not_measured`` line instead) and is
 stopped ``grace_s`` later (the row in flight is lost and named), and never after the budget's end.
 
-``EXPECTED_S`` is an estimate for one TPU v5e chip, not a measurement (none exists yet): each process pays 10-15 s
-to open the chip and a few seconds of imports; the collector compiles 16 small programs (2-5 s each on XLA:TPU) and
-times each size for 2-3 s: about 100 s; PPO compiles its init and chunk programs (10-30 s per row) and trains for a
-few seconds a row (at 1 env an update of 128 steps takes milliseconds: 512 updates of CartPole, 256 of Breakout; at
-4096 and 65536 envs an update holds 0.5M and 8.4M env steps: 16 and 8 updates of CartPole, 8 and 4 of Breakout):
-about 160 s for rlpar's five rows (Breakout at 65536 envs is skipped, below) and 170 s for rejax's five. With
-20-30 s of installing that is about 7.5 minutes.
+``EXPECTED_S`` follows the first run on one TPU v5e chip (2026-12-05, 519 s in all with 49 s of installing): the
+collector's rows took about 22 s each (two compiles of 3-10 s, the timing, the state's set-up), so its 121 s share
+then held five of the eight sizes; rlpar's five PPO rows took about 90 s (compiles of 9-25 s) and rejax's five about
+240 s (compiles of 12-40 s). The shares now give the collector about 190 s for its eight rows, rlpar 95 s and rejax
+240 s: with the installs, about 9.5 minutes, inside the budget only just; rows cut off are named.
 
 Breakout-MinAtar at 65536 envs is not run where it cannot fit: its observations alone are 65536 x 128 steps x 400
 float32, 13.4 GB, and PPO keeps a shuffled copy beside them during the update; a row whose observations exceed half
@@ -90,8 +88,8 @@ QUICK = Budget(
 )
 PART_FILES = {"CartPole-v1": "ppo_cartpole.jsonl", "Breakout-MinAtar": "ppo_breakout.jsonl"}
 NUM_STEPS = 128
-# Seconds each process is expected to take on one TPU v5e (an estimate: see above); shares of the budget follow them.
-EXPECTED_S = {"collector": 100, "rlpar": 160, "rejax": 170}
+# Seconds each process is expected to take on one TPU v5e (from its first run: see above); shares follow them.
+EXPECTED_S = {"collector": 190, "rlpar": 95, "rejax": 240}
 # float32 numbers in one observation, and the share of the device's memory a row's observations may take.
 OBS_FLOATS = {"CartPole-v1": 4, "Breakout-MinAtar": 400}
 MEMORY_SHARE = 0.5
