@@ -224,10 +224,20 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_na
         return state.replace(population=population.start(own_start, key_params, slots.count // layout.groups))
 
     def evaluate_own(state, key):  # each slot its own policy; slots of one seed index evaluate on the same episodes
-        def one(s, seed, hparams):
-            return build(hparams).evaluate(s, jax.random.fold_in(key, seed))
+        def one(s, key_slot, hparams):
+            return build(hparams).evaluate(s, key_slot)
 
-        return jax.vmap(one)(state.replace(population=None), layout.own(seed_index), state.population.hparams)
+        agents = state.replace(population=None)
+        if len(set(slots.seed_index)) == 1:
+            # One seed index for every slot (a sweep or a population with one seed): fold it in once and hand every
+            # slot the same key. Folded in under vmap, the slots' equal seed indices are a constant XLA rewrites as
+            # a broadcast, and on XLA:CPU its algebraic simplifier then rewrites the unrolled threefry of each of the
+            # evaluation's draws one step at a time until it gives up after 50 passes, logging an error line
+            # ("likely stuck in a circular simplification loop") on every compile.
+            key_seed = jax.random.fold_in(key, slots.seed_index[0])
+            return jax.vmap(one, in_axes=(0, None, 0))(agents, key_seed, state.population.hparams)
+        keys = jax.vmap(lambda seed: jax.random.fold_in(key, seed))(layout.own(seed_index))
+        return jax.vmap(one)(agents, keys, state.population.hparams)
 
     def evaluate(state, key):
         return layout.gather_same(evaluate_own(state, key))
