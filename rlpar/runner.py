@@ -30,8 +30,10 @@ from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
 
-def _f(default, help: str):  # noqa: A002
-    return field(default=default, metadata={"help": help})
+def _f(default, help: str, repeatable: bool = False):  # noqa: A002
+    """A ``RunConfig`` field: its default and its flag's help; ``repeatable``: the flag may be given several times,
+    each value adding fields to the space-separated string (``rlpar.cli.Fields``)."""
+    return field(default=default, metadata={"help": help, **({"repeatable": True} if repeatable else {})})
 
 
 @dataclass(frozen=True)
@@ -59,12 +61,13 @@ class RunConfig:
                             "WANDB_MODE=offline keeps it on disk for wandb sync")
     wandb_project: str = _f("", "with --wandb: the wandb project; empty = $WANDB_PROJECT, or rlpar")
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
-    sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
-                        "sweepable, e.g. lr); runs num_seeds x values slots")
+    sweep: str = _f("", "vmap over hyperparameters too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
+                        "sweepable, e.g. lr); several fields, separated by spaces in one value or given by repeating "
+                        "--sweep, sweep their grid; runs num_seeds x grid slots", repeatable=True)
     search: str = _f("", "search several sweepable fields: FIELD=V1,V2 (a list), FIELD=LOW..HIGH (uniform) or "
-                         "FIELD=log:LOW..HIGH (log-uniform), separated by spaces; without --population the grid of "
-                         "the lists, with it that many seeded draws. Each member's values live in its training "
-                         "state: one compile serves them all")
+                         "FIELD=log:LOW..HIGH (log-uniform), separated by spaces in one value or given by repeating "
+                         "--search; without --population the grid of the lists, with it that many seeded draws. Each "
+                         "member's values live in its training state: one compile serves them all", repeatable=True)
     population: int = _f(0, "members drawn from --search (each trained num_seeds times); 0 = the grid of --search")
     pbt: bool = _f(False, "population-based training: every --pbt-interval updates the bottom --pbt-quantile of the "
                           "members copy the agent state of a top one and perturb its --search values (x0.8 or x1.2, "

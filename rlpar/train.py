@@ -75,19 +75,24 @@ def _env_flag(argv: list[str]) -> str:
         return RunConfig.env
 
 
-def _parse(spec, argv: list[str]):
-    """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
-    that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
-    for_env = getattr(spec.config_cls, "for_env", None)
-    base = for_env(_env_flag(argv)) if for_env else None
-    parser = argparse.ArgumentParser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
+def make_parser(spec, base=None) -> cli.Parser:
+    """The flags of ``spec``'s runs: ``RunConfig``'s and its config's (``base``'s values shown as the defaults)."""
+    parser = cli.Parser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
     cli.add_dataclass_flags(parser, RunConfig, "run")
     cli.add_dataclass_flags(parser, spec.config_cls, spec.name, base=base)
     parser.add_argument("--no-compile-cache", dest="RunConfig.compile_cache", action="store_const", const="off",
                         help="compile from scratch, without JAX's persistent compilation cache")
     parser.add_argument(resume.FLAG, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest complete "
                         "checkpoint, with the settings in its config.json (give no other flags)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def _parse(spec, argv: list[str]):
+    """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
+    that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
+    for_env = getattr(spec.config_cls, "for_env", None)
+    base = for_env(_env_flag(argv)) if for_env else None
+    args = make_parser(spec, base).parse_args(argv)
     return cli.build_dataclass(RunConfig, args).validate(), cli.build_dataclass(spec.config_cls, args, base=base)
 
 
