@@ -107,10 +107,13 @@ class Fields(argparse.Action):
 
 class Parser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose flags are set once (``Once``, ``OnceConst``: also what plain
-    ``add_argument`` calls get) and whose errors are one line on stderr (exit code 2): a value left over says which
-    flag it follows and how to give both, an unknown flag names the closest known ones."""
+    ``add_argument`` calls get), spelt in full, and whose errors are one line on stderr (exit code 2): a value left
+    over says which flag it follows and how to give both, an unknown flag names the closest known ones."""
 
     def __init__(self, *args, **kwargs):
+        # No abbreviations: rlpar.train reads the device and env flags before this parser exists, by their full
+        # names, so --dev 2 would be --devices 2 here and nothing there; a misspelt flag gets the closest names.
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("action", None, Once)
         self.register("action", "store", Once)
