@@ -43,7 +43,7 @@ CANDIDATES = ("1", "2", "0.5", "8,8", "true", "false", "best", "a", "b")  # valu
 
 
 def _run_flag(action: argparse.Action) -> bool:
-    return action.dest.startswith("RunConfig.") or action.dest == "resume"
+    return action.dest.startswith("RunConfig.") or action.dest in ("resume", "dry_run")
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
