@@ -124,6 +124,16 @@ def test_flags_go_to_each_training_command_only():
         "python -m rlpar.train --resume a\n")
 
 
+def test_flags_replace_the_commands_own_value_of_them():
+    # The parser refuses a flag given twice with different values, so the block's own value gives way (a quoted
+    # one whole), and a flag that only starts the same stays.
+    script = ('python -m rlpar.train ppo --total-timesteps 2000000 \\\n    --search "lr=0.1,0.2 gamma=0.9" '
+              '--tensorboard --total-timesteps-x 1\n')
+    assert with_flags(script, "--total-timesteps 8 --search 'gamma=0.9,0.99' --eval-every 0") == (
+        "python -m rlpar.train ppo --tensorboard --total-timesteps-x 1 --total-timesteps 8 --search 'gamma=0.9,0.99' "
+        "--eval-every 0\n")
+
+
 def test_the_readme_and_every_page_are_found():
     names = {p.name for p in DOCUMENTS}
     assert {"README.md", "index.md", "cli.md", "library.md"} <= names
