@@ -242,7 +242,7 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_na
             # a broadcast, and on XLA:CPU its algebraic simplifier then rewrites the unrolled threefry of each of the
             # evaluation's draws one step at a time until it gives up after 50 passes, logging an error line
             # ("likely stuck in a circular simplification loop") on every compile.
-            key_seed = jax.random.fold_in(key, slots.seed_index[0])
+            key_seed = layout.in_group(jax.random.fold_in(key, slots.seed_index[0]))
             return jax.vmap(one, in_axes=(0, None, 0))(agents, key_seed, state.population.hparams)
         keys = jax.vmap(lambda seed: jax.random.fold_in(key, seed))(layout.own(seed_index))
         return jax.vmap(one)(agents, keys, state.population.hparams)

@@ -91,17 +91,21 @@ def test_cli_writes_per_seed_metrics(tmp_path, capsys):
     assert [s["seed_index"] for s in meta["slots"]] == [0, 1]
 
 
-def test_a_sweep_with_one_seed_compiles_without_xla_error_lines():
+@pytest.mark.parametrize("argv, evaluated", [
+    (["--sweep", "gamma=0.9,0.99"], "eval gamma=0.9: "),
+    (["--devices", "2", "--population-devices", "2", "--search", "lr=1e-3,2e-3,3e-3,4e-3"], "eval best "),
+], ids=["sweep", "population-over-device-groups"])
+def test_one_seed_for_many_slots_compiles_without_xla_error_lines(argv, evaluated):
     # Every slot of a one-seed sweep has seed index 0. Folded into the evaluation key under vmap, those equal
     # indices made XLA:CPU's algebraic simplifier give up on the unrolled threefry after 50 passes and print
     # "E... algebraic_simplifier.cc:...] ... likely stuck in a circular simplification loop" twice while compiling
     # (seen on an AVX-512 host). A fresh process, and no compilation cache: a cached program would compile nothing.
     proc = subprocess.run(
-        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--sweep", "gamma=0.9,0.99",
-         "--total-timesteps", "2048", "--eval-episodes", "8", "--no-compile-cache"],  # 2 updates, evaluated at the end
+        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
+         "--eval-episodes", "8", "--no-compile-cache"],  # 2 updates, evaluated at the end
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "eval gamma=0.9: " in proc.stdout  # the evaluation ran, so its program was compiled
+    assert evaluated in proc.stdout  # the evaluation ran, so its program was compiled
     output = proc.stdout + proc.stderr
     assert not [line for line in output.splitlines() if re.match(r"E\d{4} ", line)], output[-3000:]
