@@ -8,13 +8,14 @@ block is one of
     <!-- test: slow [FLAGS] -->     run with ``python -m pytest -m slow`` (takes minutes, or several compiles)
     <!-- test: skip (REASON) -->    never run here; REASON says why (a cluster, a GPU, an install from PyPI, ...)
 
-FLAGS, if given, are appended to every ``python -m rlpar.train`` command of a shell block (replacing the command's own
-value of any of them: a flag may not be given twice), so a block can show a full run while the test trains a small
-budget. Every ``python -m rlpar.train`` command of a skipped shell block (but ``--resume``, which needs a run) runs
-with ``--dry-run``, which checks everything and compiles nothing, so no documented command can fail to parse. Each block runs in a fresh temporary directory, so
-its relative paths land there, with this checkout importable (``PYTHONPATH``) and this interpreter's directory first
-on ``PATH`` (``python`` is the test's python); shell blocks run with ``bash -e``, Python blocks as a script in a
-fresh process. ``WANDB_MODE=offline`` is set, so no block reaches the network.
+FLAGS, if given, are appended to every ``python -m rlpar.train`` command of a shell block (replacing the command's
+own value of any of them: a flag may not be given twice), so a block can show a full run while the test trains a
+small budget. Every ``python -m rlpar.train`` command of a skipped shell block (but ``--resume``, which needs a run)
+runs with ``--dry-run``, which checks everything and compiles nothing, so no documented command can fail to parse.
+Each block runs in a fresh temporary directory, so its relative paths land there, with this checkout importable
+(``PYTHONPATH``) and this interpreter's directory first on ``PATH`` (``python`` is the test's python); shell blocks
+run with ``bash -e``, Python blocks as a script in a fresh process. ``WANDB_MODE=offline`` is set, so no block
+reaches the network.
 """
 
 from __future__ import annotations

@@ -23,7 +23,8 @@ def no_compiling(monkeypatch):
 def test_a_dry_run_says_what_it_would_train_and_writes_nothing(flag, tmp_path, capsys, no_compiling):
     run_dir = tmp_path / "runs" / "pbt"
     argv = ["ppo", "--env", "CartPole-v1", "--devices", "2", "--total-timesteps", "100000", "--search",
-            "lr=log:1e-4..1e-2", "--search", "ent_coef=0..0.05", "--population", "8", "--pbt", "--run-dir", str(run_dir), flag]
+            "lr=log:1e-4..1e-2", "--search", "ent_coef=0..0.05", "--population", "8", "--pbt", "--run-dir",
+            str(run_dir), flag]
     assert train_cli.main(argv) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"rlpar: ppo on CartPole-v1, 2 cpu device(s), 8 envs x 128 steps, 97 updates, run dir {run_dir}"
