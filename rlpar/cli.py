@@ -143,7 +143,7 @@ class Parser(argparse.ArgumentParser):
             close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
             hint = f"; did you mean {' or '.join(close)}?" if close else ""
             return f"unknown flag {name}{hint}"
-        at = argv.index(extra) if extra in argv else len(argv)
+        at = max((i for i, arg in enumerate(argv) if arg == extra), default=len(argv))  # not an equal value before
         before = next((i for i in range(at - 1, -1, -1) if argv[i].startswith("-")), None)
         action = self._option_string_actions.get(argv[before].split("=", 1)[0]) if before is not None else None
         if action is None:
