@@ -17,7 +17,7 @@ import typing
 
 from rlpar import errors
 
-_GIVEN = "_flags_given"  # on the namespace while parsing: dest -> (option string, value) of the flag that set it
+_GIVEN = "_flags_given"  # on the namespace while parsing: dest -> (option string, value, action) that set it
 TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
 
 

@@ -2,7 +2,8 @@
 
 ``AGENT`` is a registered name (``ppo``, ``ppo_rnn``) or ``package.module:ATTR`` naming an ``rlpar.agent.AgentSpec``.
 Flags come from the agent's config dataclass and ``RunConfig``; ``--help`` after the agent name lists them, with the
-preset of ``--env`` (if the agent has presets) as the defaults.
+preset of ``--env`` (if the agent has presets) as the defaults. ``--dry-run`` (or ``--check``) makes every check a
+run makes and says what it would train, compiling nothing.
 """
 
 from __future__ import annotations
