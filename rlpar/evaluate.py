@@ -24,7 +24,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from rlpar import errors, rundir
+from rlpar import cli, errors, rundir
 
 # Environment names gymnax 1.0's Visualizer can draw (gymnax/visualize/visualizer.py); others give a blank figure.
 GIF_ENVS = (
@@ -343,8 +343,9 @@ def _frame_progress(say: Callable[[str], None]) -> Callable[[int, int], None]:
     return on_frame
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlpar.evaluate", description=__doc__.splitlines()[0])
+def make_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m rlpar.evaluate``."""
+    parser = cli.Parser(prog="python -m rlpar.evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", metavar="RUN_DIR",
                         help="a run dir with a checkpoint (python -m rlpar.train ... --run-dir)")
     parser.add_argument("--episodes", type=int, default=10, metavar="N", help="episodes to run (default: 10)")
@@ -353,7 +354,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="evaluate only slot I of a multi-seed / sweep / population run, or its fittest member "
                              "(best) (default: best for a population run, every slot otherwise)")
     parser.add_argument("--gif", metavar="FILE", help="also render the first episode (of the first slot) to this GIF")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     try:
         if args.gif:
             check_gif(args.run_dir, args.gif)  # before the episodes run

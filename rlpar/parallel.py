@@ -63,6 +63,16 @@ class MemberGroups(NamedTuple):
 
         return jax.tree.map(rows, table)
 
+    def in_group(self, tree: Any) -> Any:
+        """``tree`` (the same in every group, e.g. a key folded from the program's) typed as varying over the groups,
+        like the group's own state: ``shard_map`` types a value computed from replicated inputs as the same on every
+        device, and a loop mixing it with a group's state would not type-check. A select on the group's index
+        (always true; XLA folds it away) does it, leaving the value as it is."""
+        if self.groups == 1:
+            return tree
+        mine = jax.lax.axis_index(POPULATION_AXIS) >= 0
+        return jax.tree.map(lambda x: jnp.where(mine, x, x), tree)
+
     def gather(self, tree: Any) -> Any:
         """Every slot's rows ``[S, ...]`` from each group's ``[S/groups, ...]``, the same in every group (one
         all-gather per leaf over ``POPULATION_AXIS``)."""

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlpar import errors, rundir
+from rlpar import cli, errors, rundir
 from rlpar.progress import slot_label
 
 Y_FIELD = "episode_return"
@@ -254,12 +254,17 @@ def plot(run_dirs: list[str], out: str | Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlpar.plot", description=__doc__.splitlines()[0])
+def make_parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m rlpar.plot``."""
+    parser = cli.Parser(prog="python -m rlpar.plot", description=__doc__.splitlines()[0])
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run dirs (seeds of one setting share a band)")
     parser.add_argument("--out", default="", metavar="FILE",
                         help="PNG to write (default: RUN_DIR/learning_curve.png of the first run dir)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = make_parser().parse_args(argv)
     out = args.out or str(Path(args.run_dirs[0]) / "learning_curve.png")
     try:
         path = plot(args.run_dirs, out)

@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import hashlib
 import math
+import os
 import sys
 import threading
 import time
@@ -30,8 +31,10 @@ from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
 
 
-def _f(default, help: str):  # noqa: A002
-    return field(default=default, metadata={"help": help})
+def _f(default, help: str, repeatable: bool = False):  # noqa: A002
+    """A ``RunConfig`` field: its default and its flag's help; ``repeatable``: the flag may be given several times,
+    each value adding fields to the space-separated string (``rlpar.cli.Fields``)."""
+    return field(default=default, metadata={"help": help, **({"repeatable": True} if repeatable else {})})
 
 
 @dataclass(frozen=True)
@@ -59,12 +62,13 @@ class RunConfig:
                             "WANDB_MODE=offline keeps it on disk for wandb sync")
     wandb_project: str = _f("", "with --wandb: the wandb project; empty = $WANDB_PROJECT, or rlpar")
     num_seeds: int = _f(1, "independent trainings (seeds) vmapped in one compiled program; metrics keep each one")
-    sweep: str = _f("", "vmap over a hyperparameter too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
-                        "sweepable, e.g. lr); runs num_seeds x values slots")
+    sweep: str = _f("", "vmap over hyperparameters too: FIELD=V1,V2,... (FIELD: one the agent's config declares "
+                        "sweepable, e.g. lr); several fields, separated by spaces in one value or given by repeating "
+                        "--sweep, sweep their grid; runs num_seeds x grid slots", repeatable=True)
     search: str = _f("", "search several sweepable fields: FIELD=V1,V2 (a list), FIELD=LOW..HIGH (uniform) or "
-                         "FIELD=log:LOW..HIGH (log-uniform), separated by spaces; without --population the grid of "
-                         "the lists, with it that many seeded draws. Each member's values live in its training "
-                         "state: one compile serves them all")
+                         "FIELD=log:LOW..HIGH (log-uniform), separated by spaces in one value or given by repeating "
+                         "--search; without --population the grid of the lists, with it that many seeded draws. Each "
+                         "member's values live in its training state: one compile serves them all", repeatable=True)
     population: int = _f(0, "members drawn from --search (each trained num_seeds times); 0 = the grid of --search")
     pbt: bool = _f(False, "population-based training: every --pbt-interval updates the bottom --pbt-quantile of the "
                           "members copy the agent state of a top one and perturb its --search values (x0.8 or x1.2, "
@@ -205,11 +209,13 @@ class RunConfig:
 
 
 def _check_run_dir_options(run_config: RunConfig) -> None:
-    """A run dir that is a file, TensorBoard or wandb without their package, wandb without a run dir: refused before
-    anything runs."""
+    """A run dir that is a file or cannot be created, TensorBoard or wandb without their package, wandb without a
+    run dir: refused before anything runs."""
     if run_config.run_dir and Path(run_config.run_dir).exists() and not Path(run_config.run_dir).is_dir():
         raise ValueError(f"run_dir={run_config.run_dir!r} is a file, not a directory: give a directory path "
                          "(it is created if missing)")
+    if run_config.run_dir:
+        check_creatable(run_config.run_dir, "run_dir", "give a directory path that can be written")
     if run_config.tensorboard:
         import importlib.util
 
@@ -224,6 +230,17 @@ def _check_run_dir_options(run_config: RunConfig) -> None:
                              "continues the same wandb run")
         if importlib.util.find_spec("wandb") is None:
             raise ValueError("--wandb needs the wandb package: pip install -e \".[wandb]\" (or pip install wandb)")
+
+
+def check_creatable(path: str | Path, name: str, fix: str) -> None:
+    """``ValueError`` naming ``name`` unless ``path`` is a directory, or its nearest existing parent is a directory
+    this process may write into (where it would be created); nothing is created."""
+    target = Path(path).expanduser().absolute()
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        what = "a file" if not existing.is_dir() else "not writable"
+        where = "it" if existing == target else f"{str(existing)!r}"
+        raise ValueError(f"{name}={str(path)!r} cannot be written: {where} is {what}; {fix}")
 
 
 class TrainResult(NamedTuple):
@@ -354,17 +371,24 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
         return compiled, compile_s, initial_state()
 
 
-def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None) -> _Prepared:
-    """Check the settings, join a multi-process run, choose the devices, build the env; nothing compiles."""
+def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None,
+             join: bool = True) -> _Prepared:
+    """Check the settings, join a multi-process run, choose the devices, build the env; nothing compiles. With
+    ``join=False`` (a dry run) neither the compilation cache nor a multi-process run is set up: this process's
+    devices stand for the run's."""
     import envs
 
     run_config.validate()
     parallel.request_cpu_devices(run_config.devices)  # takes effect only if no JAX backend has started yet
-    compile_cache.enable(run_config.compile_cache)
-    parallel.init_distributed(
-        run_config.coordinator, run_config.num_processes, run_config.process_id,
-        init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
-    )
+    if join:
+        compile_cache.enable(run_config.compile_cache)
+        parallel.init_distributed(
+            run_config.coordinator, run_config.num_processes, run_config.process_id,
+            init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
+        )
+    elif compile_cache.resolve(run_config.compile_cache) is not None:
+        check_creatable(compile_cache.resolve(run_config.compile_cache), "compile_cache",
+                        "give a writable directory with --compile-cache DIR, or --no-compile-cache")
     devices = parallel.select_devices(run_config.devices)  # in a multi-process run: every process's devices
     parallel.check_groups(len(devices), run_config.population_devices)
     group_size = len(devices) // run_config.population_devices  # the devices that train one member
@@ -388,6 +412,31 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
         meta["slots"] = slots.describe()
     description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
     return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+
+
+class Plan(NamedTuple):
+    """What a run would do, from ``check``."""
+
+    devices: list  # this process's devices that would train
+    slots: seeds.Slots
+    pbt: population.PBT | None
+    resume_from: int | None  # the checkpoint a resumed run would continue from (its update)
+
+
+def check(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, resume: bool = False) -> Plan:
+    """Everything ``run`` checks before it compiles (the settings, the devices and their layout, the env and the
+    agent's own checks of it, each member's config and the search space's ends, the run dir and the compilation
+    cache's directory), with nothing compiled, written, or joined: a multi-process run's settings are checked on
+    this process's devices. ``ValueError`` naming what would be refused."""
+    prepared = _prepare(agent, config, run_config, None, None, join=False)
+    checkpoints = _checkpoints_found(run_config, resume)
+    if checkpoints is not None and (run_config.checkpoint_every or resume):
+        try:
+            checkpoint.require_orbax()
+        except ImportError as err:
+            raise ValueError(str(err)) from None
+    latest = checkpoints.latest() if checkpoints is not None and resume else None
+    return Plan(prepared.devices, prepared.slots, run_config.pbt_settings(config.num_updates), latest)
 
 
 def config_env_kwargs(config) -> dict:
@@ -850,6 +899,17 @@ def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpo
     Every process of a multi-process run opens it (process 0 as the writer) and they check together that they see
     the same checkpoints, so that all of them resume the same one or all refuse with the same error.
     """
+    checkpoints = _checkpoints_found(run_config, resume)
+    if checkpoints is None or (run_config.checkpoint_every == 0 and not resume):
+        return None
+    checkpoint.require_orbax()
+    checkpoints.discard_uncommitted()  # orbax temporaries and unmarked steps of a killed run
+    return checkpoints
+
+
+def _checkpoints_found(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
+    """The run dir's checkpoints (``None`` without a run dir), read only: ``ValueError`` if a new run would mix with
+    an earlier one's, or a resumed one has none to continue from."""
     if resume and not run_config.run_dir:
         raise ValueError("resume needs run_dir: the directory of the run to continue")
     if not run_config.run_dir:
@@ -869,10 +929,6 @@ def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpo
             f"run dir {str(run_dir)!r} already holds checkpoints (updates {', '.join(map(str, steps))}) of an earlier "
             f"run: continue it with --resume {run_dir}, or choose another --run-dir"
         )
-    if run_config.checkpoint_every == 0 and not resume:
-        return None
-    checkpoint.require_orbax()
-    checkpoints.discard_uncommitted()  # orbax temporaries and unmarked steps of a killed run
     return checkpoints
 
 

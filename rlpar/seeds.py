@@ -2,7 +2,7 @@
 
 A *slot* is one independent training run. With ``num_seeds = N`` and a sweep ``lr=[a, b]`` there are ``2 N`` slots:
 slot ``i`` uses seed index ``i % N`` and member ``i // N``. A member is one setting of the swept and searched fields:
-the values of ``--sweep`` (one field), times the grid of ``--search`` (several fields, each a list) or ``--population``
+the grid of ``--sweep``'s fields, times the grid of ``--search`` (several fields, each a list) or ``--population``
 draws from it (lists, uniform and log-uniform ranges). Every leaf of the per-device state and every metric gains a
 leading slot axis ``[S, ...]``; device collectives still reduce over devices only, slot by slot.
 
@@ -89,14 +89,21 @@ def _numbers(values: str, text: str, option: str, example: str) -> tuple[float, 
     return parsed
 
 
-def parse_sweep(text: str, sweepable: tuple[str, ...] | None = None) -> tuple[str | None, tuple[float, ...]]:
-    """``"lr=1e-4,3e-4"`` -> ``("lr", (1e-4, 3e-4))``; ``""`` -> ``(None, ())``. ``ValueError`` naming the problem.
-    ``sweepable``: the fields the agent's config declares sweepable (``None``: check the syntax only)."""
-    if not text:
-        return None, ()
-    name, sep, values = text.partition("=")
-    name = _field_name(name if sep else "", text, "sweep", sweepable, "FIELD=V1,V2,...")
-    return name, _numbers(values, text, "sweep", "lr=1e-4,3e-4,1e-3")
+def parse_sweep(text: str, sweepable: tuple[str, ...] | None = None) -> dict[str, tuple[float, ...]]:
+    """``"lr=1e-4,3e-4 gamma=0.9,0.99"`` (fields separated by spaces or ``;``, as ``--sweep`` given twice joins them)
+    -> ``{"lr": (1e-4, 3e-4), "gamma": (0.9, 0.99)}``, in the order given; ``""`` -> ``{}``. ``ValueError`` naming
+    the problem. ``sweepable``: the fields the agent's config declares sweepable (``None``: check the syntax only)."""
+    fields: dict[str, tuple[float, ...]] = {}
+    for item in text.replace(";", " ").split():
+        name, sep, values = item.partition("=")
+        name = _field_name(name if sep else "", text, "sweep", sweepable, "FIELD=V1,V2,...")
+        if name in fields:
+            raise ValueError(f"sweep={text!r}: {name} is given twice; give each field once")
+        if ".." in values:
+            raise ValueError(f"sweep={text!r}: {name} is a range; --sweep takes lists of values (FIELD=V1,V2,...), "
+                             "--search FIELD=LOW..HIGH with --population draws from a range")
+        fields[name] = _numbers(values, text, "sweep", "lr=1e-4,3e-4,1e-3")
+    return fields
 
 
 def _parse_space(item: str, text: str) -> Space:
@@ -135,8 +142,8 @@ def parse_search(text: str, sweepable: tuple[str, ...] | None = None) -> dict[st
 
 def make_slots(num_seeds: int, sweep: str, config_cls: type | None = None, *, search: str = "", population: int = 0,
                seed: int = 0) -> Slots:
-    """The slots of a run: ``num_seeds`` seeds for every member. Members are the values of ``sweep`` (a grid over one
-    field), times those of ``search``: its grid (every field a list, ``population`` 0) or ``population`` draws from
+    """The slots of a run: ``num_seeds`` seeds for every member. Members are the grid of ``sweep``'s fields, times
+    those of ``search``: its grid (every field a list, ``population`` 0) or ``population`` draws from
     it, seeded by ``seed`` (each field independently: a list's values uniformly, a range uniformly, a log range
     log-uniformly). With ``config_cls`` every field must be one it declares sweepable."""
     if not isinstance(num_seeds, int) or isinstance(num_seeds, bool) or num_seeds <= 0:
@@ -144,10 +151,11 @@ def make_slots(num_seeds: int, sweep: str, config_cls: type | None = None, *, se
     if not isinstance(population, int) or isinstance(population, bool) or population < 0:
         raise ValueError(f"population={population!r}: must be a positive integer, or 0 for the grid of --search")
     sweepable = sweepable_fields(config_cls) if config_cls is not None else None
-    field, values = parse_sweep(sweep, sweepable)
+    swept = parse_sweep(sweep, sweepable)
     spaces = parse_search(search, sweepable)
-    if field is not None and field in spaces:
-        raise ValueError(f"sweep={sweep!r} and search={search!r} both set {field}: give it in one of them")
+    both = [name for name in swept if name in spaces]
+    if both:
+        raise ValueError(f"sweep={sweep!r} and search={search!r} both set {both[0]}: give it in one of them")
     if population and not spaces:
         raise ValueError(f"population={population} draws members from --search: give --search too, e.g. "
                          "--search 'lr=log:1e-4..1e-2 ent_coef=0..0.05'")
@@ -160,9 +168,9 @@ def make_slots(num_seeds: int, sweep: str, config_cls: type | None = None, *, se
         members = [tuple(space.draw(rng) for space in spaces.values()) for _ in range(population)]
     else:
         members = list(itertools.product(*(space.values for space in spaces.values())))
-    if field is not None:
-        spaces = {field: Space("list", values), **spaces}
-        members = [(v, *m) for v in values for m in members]
+    if swept:  # the sweep's grid, each point with every member of the search; the sweep's first field slowest
+        spaces = {**{name: Space("list", values) for name, values in swept.items()}, **spaces}
+        members = [(*point, *m) for point in itertools.product(*swept.values()) for m in members]
     count = len(members) * num_seeds
     hparams = {name: tuple(float(members[i // num_seeds][j]) for i in range(count)) for j, name in enumerate(spaces)}
     return Slots(tuple(i % num_seeds for i in range(count)), hparams, spaces)
@@ -224,10 +232,20 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_na
         return state.replace(population=population.start(own_start, key_params, slots.count // layout.groups))
 
     def evaluate_own(state, key):  # each slot its own policy; slots of one seed index evaluate on the same episodes
-        def one(s, seed, hparams):
-            return build(hparams).evaluate(s, jax.random.fold_in(key, seed))
+        def one(s, key_slot, hparams):
+            return build(hparams).evaluate(s, key_slot)
 
-        return jax.vmap(one)(state.replace(population=None), layout.own(seed_index), state.population.hparams)
+        agents = state.replace(population=None)
+        if len(set(slots.seed_index)) == 1:
+            # One seed index for every slot (a sweep or a population with one seed): fold it in once and hand every
+            # slot the same key. Folded in under vmap, the slots' equal seed indices are a constant XLA rewrites as
+            # a broadcast, and on XLA:CPU its algebraic simplifier then rewrites the unrolled threefry of each of the
+            # evaluation's draws one step at a time until it gives up after 50 passes, logging an error line
+            # ("likely stuck in a circular simplification loop") on every compile.
+            key_seed = layout.in_group(jax.random.fold_in(key, slots.seed_index[0]))
+            return jax.vmap(one, in_axes=(0, None, 0))(agents, key_seed, state.population.hparams)
+        keys = jax.vmap(lambda seed: jax.random.fold_in(key, seed))(layout.own(seed_index))
+        return jax.vmap(one)(agents, keys, state.population.hparams)
 
     def evaluate(state, key):
         return layout.gather_same(evaluate_own(state, key))

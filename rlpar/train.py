@@ -2,7 +2,8 @@
 
 ``AGENT`` is a registered name (``ppo``, ``ppo_rnn``) or ``package.module:ATTR`` naming an ``rlpar.agent.AgentSpec``.
 Flags come from the agent's config dataclass and ``RunConfig``; ``--help`` after the agent name lists them, with the
-preset of ``--env`` (if the agent has presets) as the defaults.
+preset of ``--env`` (if the agent has presets) as the defaults. ``--dry-run`` (or ``--check``) makes every check a
+run makes and says what it would train, compiling nothing.
 """
 
 from __future__ import annotations
@@ -38,8 +39,18 @@ def _prog() -> str:
     return name if name == "rlpar-train" else "python -m rlpar.train"
 
 
-def start_devices(argv: list[str]) -> None:
-    """Create the CPU devices asked for and join a multi-process run, from the run flags alone.
+DRY_RUN_FLAGS = ("--dry-run", "--check")
+
+
+def dry_run_requested(argv: list[str]) -> tuple[bool, list[str]]:
+    """Whether ``argv`` asks for a dry run (``--dry-run`` or ``--check``), and ``argv`` without those flags: read
+    first, since a dry run joins no multi-process run, and ``--resume RUN_DIR --dry-run`` takes no other flag."""
+    rest = [arg for arg in argv if arg not in DRY_RUN_FLAGS]
+    return len(rest) < len(argv), rest
+
+
+def start_devices(argv: list[str], join: bool = True) -> None:
+    """Create the CPU devices asked for and (with ``join``) join a multi-process run, from the run flags alone.
 
     Both must happen before JAX starts its backends, so this runs before any agent or environment is built. Flags
     it cannot parse or validate are left for the full parser below to report.
@@ -52,6 +63,8 @@ def start_devices(argv: list[str]) -> None:
         run_config = cli.build_dataclass(RunConfig, parser.parse_known_args(argv)[0]).validate()
         parallel.request_cpu_devices(run_config.devices)
     except (argparse.ArgumentError, ValueError):
+        return
+    if not join:
         return
     if run_config.coordinator:  # one line per process on stderr: which run it waits for, and for how long
         who = ("as found in the environment" if run_config.coordinator == "auto"
@@ -75,19 +88,28 @@ def _env_flag(argv: list[str]) -> str:
         return RunConfig.env
 
 
-def _parse(spec, argv: list[str]):
-    """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
-    that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
-    for_env = getattr(spec.config_cls, "for_env", None)
-    base = for_env(_env_flag(argv)) if for_env else None
-    parser = argparse.ArgumentParser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
+def make_parser(spec, base=None) -> cli.Parser:
+    """The flags of ``spec``'s runs: ``RunConfig``'s and its config's (``base``'s values shown as the defaults)."""
+    parser = cli.Parser(prog=f"{_prog()} {spec.name}", description=f"Train {spec.name}.")
     cli.add_dataclass_flags(parser, RunConfig, "run")
     cli.add_dataclass_flags(parser, spec.config_cls, spec.name, base=base)
     parser.add_argument("--no-compile-cache", dest="RunConfig.compile_cache", action="store_const", const="off",
                         help="compile from scratch, without JAX's persistent compilation cache")
     parser.add_argument(resume.FLAG, metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest complete "
                         "checkpoint, with the settings in its config.json (give no other flags)")
-    args = parser.parse_args(argv)
+    parser.add_argument(*DRY_RUN_FLAGS, dest="dry_run", action="store_const", const=True,
+                        help="check everything the run would (env, agent, config, devices and their layout, run dir, "
+                             "search space), print what it would train, and exit without compiling or writing "
+                             "anything; a multi-process run is checked on this process's devices, without joining")
+    return parser
+
+
+def _parse(spec, argv: list[str]):
+    """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
+    that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
+    for_env = getattr(spec.config_cls, "for_env", None)
+    base = for_env(_env_flag(argv)) if for_env else None
+    args = make_parser(spec, base).parse_args(argv)
     return cli.build_dataclass(RunConfig, args).validate(), cli.build_dataclass(spec.config_cls, args, base=base)
 
 
@@ -111,11 +133,11 @@ def _check(spec, run_config: RunConfig, config) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    dry_run, argv = dry_run_requested(list(sys.argv[1:] if argv is None else argv))
     try:
         resumed = resume.expand(argv)  # [AGENT] --resume RUN_DIR -> the run's own command line
         argv = resumed.argv
-        start_devices(argv[1:])
+        start_devices(argv[1:], join=not dry_run)
     except ValueError as err:
         return _fail(err, 2)
     except RuntimeError as err:  # could not join a multi-process run
@@ -133,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         if ":" in argv[0]:  # config.json records how to find it again (evaluate, --resume)
             spec = spec._replace(name=argv[0])
         run_config, config = _parse(spec, argv[1:])
+        if dry_run:
+            return _dry_run(spec, config, run_config, resumed.run_dir)
         devices = _check(spec, run_config, config)
     except ValueError as err:
         return _fail(err, 2)
@@ -154,10 +178,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
     from rlpar.runner import Interrupted
 
     say = print if parallel.is_primary() else (lambda *args, **kwargs: None)  # only process 0 prints
-    processes = f" in {jax.process_count()} processes" if jax.process_count() > 1 else ""
-    say(f"rlpar: {spec.name} on {run_config.env}, {len(devices)} {devices[0].platform} device(s){processes}, "
-        f"{config.num_envs} envs x {config.num_steps} steps, {config.num_updates} updates"
-        + (f", run dir {run_config.run_dir}" if run_config.run_dir else ""), flush=True)
+    say(_header(spec, config, run_config, devices, jax.process_count()), flush=True)
     try:
         result = _run_with_progress(spec, config, run_config, resume_dir, say)
     except ValueError as err:  # a run dir that cannot be resumed or reused, found before compiling
@@ -178,6 +199,81 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
         return 130
     say(_done_line(result, run_config, config), flush=True)
     return 0
+
+
+def _header(spec, config, run_config: RunConfig, devices: list, processes: int) -> str:
+    """The run's first line: ``rlpar: ppo on CartPole-v1, 1 cpu device(s), 8 envs x 128 steps, 488 updates``."""
+    in_processes = f" in {processes} processes" if processes > 1 else ""
+    return (f"rlpar: {spec.name} on {run_config.env}, {len(devices)} {devices[0].platform} device(s){in_processes}, "
+            f"{config.num_envs} envs x {config.num_steps} steps, {config.num_updates} updates"
+            + (f", run dir {run_config.run_dir}" if run_config.run_dir else ""))
+
+
+def _dry_run(spec, config, run_config: RunConfig, resume_dir: str | None) -> int:
+    """``--dry-run``: ``runner.check`` (a ``ValueError`` for what a run would refuse), then the run's header line
+    and what it would train; nothing compiles."""
+    from rlpar import runner
+
+    plan = runner.check(spec, config, run_config, resume=resume_dir is not None)
+    print(_header(spec, config, run_config, plan.devices, 1), flush=True)
+    for line in plan_lines(plan, config, run_config):
+        print(f"  {line}")
+    print("dry run: every check passed; nothing was compiled or written", flush=True)
+    return 0
+
+
+def plan_lines(plan, config, run_config: RunConfig, most: int = 8) -> list[str]:
+    """What a dry run says the run would train, one item a line."""
+    from rlpar.progress import format_values
+
+    slots, steps = plan.slots, config.num_updates * config.batch_size
+    members = slots.count // run_config.num_seeds
+    how = (f"{members} member(s) x {run_config.num_seeds} seed(s)" if slots.hparams
+           else f"{run_config.num_seeds} seed(s)")
+    lines = [f"train: {slots.count} slot(s) ({how}) in one program, {steps:,} env steps each"
+             + (f", {steps * slots.count:,} in all" if slots.count > 1 else "")]
+    if slots.hparams:
+        spaces = ", ".join(f"{name} {_space(space)}" for name, space in slots.spaces.items())
+        drawn = f"{run_config.population} members drawn from " if run_config.population else "the grid of "
+        lines.append(f"members: {drawn}{spaces}")
+        described = slots.describe()[::run_config.num_seeds]  # one slot per member
+        lines += [f"member {i}: {format_values({k: v for k, v in d.items() if k not in ('slot', 'seed_index')})}"
+                  for i, d in enumerate(described[:most])]
+        if len(described) > most:
+            lines.append(f"... and {len(described) - most} more member(s)")
+    if plan.pbt is not None:
+        lines.append(f"PBT: a round every {plan.pbt.interval} updates, the bottom {plan.pbt.quantile:g} of the "
+                     f"members copy a top one (fitness {plan.pbt.fitness}, resample {plan.pbt.resample:g})")
+    every = run_config.eval_interval(config.num_updates)
+    lines.append(f"evaluation: every {every} updates and at the end, {run_config.eval_episodes} greedy episodes"
+                 if every else "evaluation: none")
+    if run_config.population_devices > 1:
+        per_group = len(plan.devices) // run_config.population_devices
+        lines.append(f"layout: {run_config.population_devices} device groups x {per_group} device(s), "
+                     f"{slots.count // run_config.population_devices} slot(s) each ({run_config.device_backend})")
+    if run_config.coordinator:
+        who = ("the processes found in the environment" if run_config.coordinator == "auto"
+               else f"process {run_config.process_id} of {run_config.num_processes}")
+        lines.append(f"multi-process: would join {run_config.coordinator} as {who} (not joined in a dry run; "
+                     "checked on this process's devices)")
+    if plan.resume_from is not None and plan.resume_from >= config.num_updates:
+        lines.append(f"resume: the run in {run_config.run_dir} is finished (update {plan.resume_from} of "
+                     f"{config.num_updates}): nothing to resume")
+    elif plan.resume_from is not None:
+        lines.append(f"resume: from the checkpoint of update {plan.resume_from} in {run_config.run_dir}")
+    elif run_config.run_dir:
+        saves = (f"a checkpoint every {run_config.checkpoint_every} updates" if run_config.checkpoint_every
+                 else "no checkpoints")
+        lines.append(f"run dir: {run_config.run_dir} (config.json, metrics.jsonl, {saves})")
+    else:
+        lines.append("run dir: none (nothing would be written)")
+    return lines
+
+
+def _space(space) -> str:
+    if space.kind == "list":
+        return ",".join(f"{v:g}" for v in space.values)
+    return f"{'log:' if space.kind == 'log' else ''}{space.low:g}..{space.high:g}"
 
 
 def _preempted_line(stop) -> str:

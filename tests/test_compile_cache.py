@@ -17,7 +17,14 @@ def _train(cwd: Path, *flags: str, env_extra: dict | None = None) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     env.pop("RLPAR_CACHE_DIR", None)
     env.update(env_extra or {})
-    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *TINY, *flags], cwd=cwd, env=env,
+    argv = list(TINY)
+    for flag, value in zip(flags[::2], flags[1::2]):  # a flag is given once: its value replaces TINY's
+        if flag in argv:
+            argv[argv.index(flag) + 1] = value
+        else:
+            argv += [flag, value]
+    argv += flags[len(flags) // 2 * 2:]  # a last flag without a value
+    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -33,8 +40,8 @@ def test_second_identical_run_loads_its_program_from_the_cache(tmp_path):
     # Another config is another program: compiled, never a stale one from the cache.
     other = _train(tmp_path, "--compile-cache", "cache", "--hidden-sizes", "16")
     assert "compiled in" in other and "from the compilation cache" not in other
-    # Turned off, nothing is read from it.
-    off = _train(tmp_path, "--compile-cache", "cache", "--no-compile-cache")
+    # Turned off, nothing is read from it (here the default directory, which holds the program).
+    off = _train(tmp_path, "--no-compile-cache", env_extra={"RLPAR_CACHE_DIR": str(tmp_path / "cache")})
     assert "from the compilation cache" not in off
     # With no flag, the default directory ($RLPAR_CACHE_DIR here, else ~/.cache/rlpar/jax).
     out = _train(tmp_path, "--run-dir", "run", env_extra={"RLPAR_CACHE_DIR": str(tmp_path / "default")})

@@ -8,11 +8,14 @@ block is one of
     <!-- test: slow [FLAGS] -->     run with ``python -m pytest -m slow`` (takes minutes, or several compiles)
     <!-- test: skip (REASON) -->    never run here; REASON says why (a cluster, a GPU, an install from PyPI, ...)
 
-FLAGS, if given, are appended to every ``python -m rlpar.train`` command of a shell block (later flags win), so a
-block can show a full run while the test trains a small budget. Each block runs in a fresh temporary directory, so
-its relative paths land there, with this checkout importable (``PYTHONPATH``) and this interpreter's directory first
-on ``PATH`` (``python`` is the test's python); shell blocks run with ``bash -e``, Python blocks as a script in a
-fresh process. ``WANDB_MODE=offline`` is set, so no block reaches the network.
+FLAGS, if given, are appended to every ``python -m rlpar.train`` command of a shell block (replacing the command's
+own value of any of them: a flag may not be given twice), so a block can show a full run while the test trains a
+small budget. Every ``python -m rlpar.train`` command of a skipped shell block (but ``--resume``, which needs a run)
+runs with ``--dry-run``, which checks everything and compiles nothing, so no documented command can fail to parse.
+Each block runs in a fresh temporary directory, so its relative paths land there, with this checkout importable
+(``PYTHONPATH``) and this interpreter's directory first on ``PATH`` (``python`` is the test's python); shell blocks
+run with ``bash -e``, Python blocks as a script in a fresh process. ``WANDB_MODE=offline`` is set, so no block
+reaches the network.
 """
 
 from __future__ import annotations
@@ -62,20 +65,37 @@ def blocks(path: Path) -> list[Block]:
     return found
 
 
+def _flag_pattern(flag: str, takes_value: bool) -> re.Pattern:
+    """``flag`` in a command, with its value if it takes one (a quoted value whole)."""
+    value = r"""(?:=\S+|\s+(?:"[^"]*"|'[^']*'|[^\s"']+))""" if takes_value else ""
+    return re.compile(rf"\s{re.escape(flag)}{value}(?=\s|$)")
+
+
 def with_flags(script: str, flags: str) -> str:
     """``script`` with ``flags`` appended to each ``python -m rlpar.train`` command (before ``&&``, ``;``, ``|``,
-    ``&`` or a comment); a ``--resume`` or ``--help`` command is left as it is."""
+    ``&`` or a comment), each flag of ``flags`` the command gives already taken out of it first (with its value);
+    a ``--resume`` or ``--help`` command is left as it is."""
     if not flags:
         return script
+    tokens = flags.split()
+    given = [(t, i + 1 < len(tokens) and not tokens[i + 1].startswith("--")) for i, t in enumerate(tokens)
+             if t.startswith("--")]
 
     def append(match: re.Match) -> str:
         command = match.group(0)
         if "--resume" in command or "--help" in command:
             return command
         stripped = command.rstrip()
-        return f"{stripped} {flags}{command[len(stripped):]}"
+        for flag, takes_value in given:
+            stripped = _flag_pattern(flag, takes_value).sub("", stripped)
+        return f"{stripped} {flags}{command[len(command.rstrip()):]}"
 
-    return _TRAIN.sub(append, script)
+    return _TRAIN.sub(append, _joined(script))
+
+
+def _joined(script: str) -> str:
+    """``script`` with its continued lines (a ``\\`` at the end) joined into one."""
+    return re.sub(r"[ \t]*\\\n\s*", " ", script)
 
 
 ALL_BLOCKS = [block for path in DOCUMENTS for block in blocks(path)]
@@ -105,18 +125,32 @@ def test_flags_go_to_each_training_command_only():
         "python -m rlpar.train --resume a\n")
 
 
+def test_flags_replace_the_commands_own_value_of_them():
+    # The parser refuses a flag given twice with different values, so the block's own value gives way (a quoted
+    # one whole), and a flag that only starts the same stays.
+    script = ('python -m rlpar.train ppo --total-timesteps 2000000 \\\n    --search "lr=0.1,0.2 gamma=0.9" '
+              '--tensorboard --total-timesteps-x 1\n')
+    assert with_flags(script, "--total-timesteps 8 --search 'gamma=0.9,0.99' --eval-every 0") == (
+        "python -m rlpar.train ppo --tensorboard --total-timesteps-x 1 --total-timesteps 8 --search 'gamma=0.9,0.99' "
+        "--eval-every 0\n")
+
+
 def test_the_readme_and_every_page_are_found():
     names = {p.name for p in DOCUMENTS}
     assert {"README.md", "index.md", "cli.md", "library.md"} <= names
     assert any(b.mode == "run" for b in ALL_BLOCKS)
 
 
+def _block_env() -> dict:
+    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": python_path,
+            "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            "MPLBACKEND": "Agg", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
 @pytest.mark.parametrize("block", [_param(b) for b in ALL_BLOCKS if b.mode is not None])
 def test_doc_block_runs(block: Block, tmp_path):
-    python_path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    env = {**os.environ, "PYTHONPATH": python_path,
-           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]),
-           "MPLBACKEND": "Agg", "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+    env = _block_env()
     if block.language == "shell":
         script = tmp_path / "block.sh"
         script.write_text(with_flags(block.code, block.detail))
@@ -130,6 +164,35 @@ def test_doc_block_runs(block: Block, tmp_path):
     proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True, timeout=TIMEOUT_S[block.mode])
     assert proc.returncode == 0, (f"{block.where} exited with {proc.returncode}:\n{script.read_text()}\n"
                                   f"--- stdout ---\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-3000:]}")
+
+
+def training_commands(block: Block) -> list[str]:
+    """The ``python -m rlpar.train`` commands of a shell block, each on one line; not ``--resume RUN_DIR`` (it needs
+    a run) nor ``--help``."""
+    commands = [m.group(0).strip() for m in _TRAIN.finditer(_joined(block.code))]
+    return [c for c in commands if "--resume" not in c and "--help" not in c]
+
+
+SKIPPED_COMMANDS = [(b.where, command) for b in ALL_BLOCKS if b.mode == "skip" and b.language == "shell"
+                    for command in training_commands(b)]
+
+
+def test_skipped_blocks_training_commands_are_found():
+    assert ("docs/multi-agent.md:47", "python -m rlpar.train ippo --env marl-MPE_simple_spread_v3 --num-envs 16 "
+            "--num-steps 128 --total-timesteps 10000000 --lr 2.5e-4 --anneal-lr true --update-epochs 4 "
+            "--num-minibatches 4 --gamma 0.99 --gae-lambda 0.95 --clip-eps 0.2 --ent-coef 0.01 --vf-coef 0.5 "
+            "--max-grad-norm 0.5 --hidden-sizes 64,64 --activation tanh") in SKIPPED_COMMANDS
+    assert len(SKIPPED_COMMANDS) >= 9 and not [c for _, c in SKIPPED_COMMANDS if "--resume" in c]
+
+
+@pytest.mark.parametrize("where, command", SKIPPED_COMMANDS,
+                         ids=[f"{where}:{i}" for i, (where, _) in enumerate(SKIPPED_COMMANDS)])
+def test_skipped_blocks_training_command_passes_a_dry_run(where, command, tmp_path):
+    # A skipped block never runs here; its training commands still must parse and pass every check a run makes.
+    proc = subprocess.run(["bash", "-c", f"{command} --dry-run"], cwd=tmp_path, env=_block_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT_S["run"])
+    assert proc.returncode == 0, f"{where}: {command} --dry-run exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
+    assert "dry run: every check passed" in proc.stdout and "compiled in" not in proc.stdout + proc.stderr
 
 
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")

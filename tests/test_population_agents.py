@@ -14,10 +14,18 @@ from rlpar.checkpoint import Checkpoints
 
 # One device, 2 members drawn from two fields, 4 updates in chunks of 3 and 1, a PBT round after update 3 (a member
 # copies the other: both have finished episodes by then, so both have a fitness), a checkpoint right after it.
-COMMON = ["--devices", "1", "--population", "2", "--pbt", "--pbt-interval", "3", "--log-every", "3",
+COMMON = ["--population", "2", "--pbt", "--pbt-interval", "3", "--log-every", "3",
           "--checkpoint-every", "3", "--eval-every", "0"]
 REPLAY = ["--num-envs", "4", "--num-steps", "4", "--total-timesteps", str(4 * 4 * 4), "--buffer-size", "64",
           "--minibatch-size", "8", "--learning-starts", "16", "--hidden-sizes", "16"]
+
+
+def _with(flags: list[str], **values) -> list[str]:
+    """``flags`` with the values of some replaced (``num_steps=70`` for ``--num-steps``): a flag is given once."""
+    names = {"--" + name.replace("_", "-"): str(value) for name, value in values.items()}
+    return [names.get(flags[i - 1], flag) if i else flag for i, flag in enumerate(flags)]
+
+
 ON_POLICY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", str(4 * 8 * 4)]
 FAMILIES = {
     "ppo_rnn": ["ppo_rnn", *ON_POLICY, "--num-minibatches", "2", "--update-epochs", "1", "--hidden-sizes", "16",
@@ -27,8 +35,8 @@ FAMILIES = {
             "--search", "lr=log:1e-4..1e-2 q_lambda=0.5..0.9"],
     "dqn": ["dqn", "--env", "CartPole-v1", *REPLAY, "--search", "lr=log:1e-4..1e-2 tau=0.5..1"],
     # Pendulum's episodes last 200 steps: 70 per update, so each member has finished one (a fitness) by the round
-    "sac": ["sac", "--env", "Pendulum-v1", *REPLAY, "--num-steps", "70", "--total-timesteps", str(4 * 70 * 4),
-            "--buffer-size", "512", "--search", "actor_lr=log:1e-4..1e-2 gamma=0.9..0.99"],
+    "sac": ["sac", "--env", "Pendulum-v1", *_with(REPLAY, num_steps=70, total_timesteps=4 * 70 * 4, buffer_size=512),
+            "--search", "actor_lr=log:1e-4..1e-2 gamma=0.9..0.99"],
     "a2c": ["examples.a2c:SPEC", *ON_POLICY, "--hidden-sizes", "16", "--search", "lr=log:1e-4..1e-2 ent_coef=0..0.05"],
 }
 
@@ -46,7 +54,7 @@ def _leaves(tree, prefix=""):
 
 # The same on 2 devices as 2 groups of 1 (--population-devices 2): each member on a device of its own, so the copy
 # crosses devices (the round gathers every member's agent state from both groups).
-LAYOUTS = {"one device": [], "2x1": ["--devices", "2", "--population-devices", "2"]}
+LAYOUTS = {"one device": ["--devices", "1"], "2x1": ["--devices", "2", "--population-devices", "2"]}
 
 
 @pytest.mark.slow

@@ -141,8 +141,9 @@ def test_evaluate_reads_a_grouped_run_and_picks_its_best_member(tiny_run, capsys
     (["--population-devices", "0"], "population_devices=0: must be a positive integer"),
 ], ids=["devices-not-divisible", "members-not-divisible", "pmap", "zero"])
 def test_bad_layouts_are_one_line_before_compiling(flags, message, capsys):
+    population = [] if "--population" in flags else ["--population", "4"]  # a flag is given once
     argv = ["ppo", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "320", "--num-minibatches", "2",
-            "--search", "lr=log:1e-4..1e-2", "--population", "4", *flags]
+            "--search", "lr=log:1e-4..1e-2", *population, *flags]
     assert train_cli.main(argv) == 2
     captured = capsys.readouterr()
     assert message in captured.err, captured.err

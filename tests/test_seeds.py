@@ -1,6 +1,11 @@
 """Seeds and a hyperparameter vmapped in one compiled run."""
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -12,6 +17,7 @@ from rlpar import parallel, runner, seeds
 from rlpar import train as train_cli
 from rlpar.runner import RunConfig, run
 
+REPO = Path(__file__).resolve().parents[1]
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, num_minibatches=2, update_epochs=1)
 
 
@@ -83,3 +89,23 @@ def test_cli_writes_per_seed_metrics(tmp_path, capsys):
     assert len(lines[-1]["slots"]) == 2
     meta = json.loads((tmp_path / "r" / "config.json").read_text())
     assert [s["seed_index"] for s in meta["slots"]] == [0, 1]
+
+
+@pytest.mark.parametrize("argv, evaluated", [
+    (["--sweep", "gamma=0.9,0.99"], "eval gamma=0.9: "),
+    (["--devices", "2", "--population-devices", "2", "--search", "lr=1e-3,2e-3,3e-3,4e-3"], "eval best "),
+], ids=["sweep", "population-over-device-groups"])
+def test_one_seed_for_many_slots_compiles_without_xla_error_lines(argv, evaluated):
+    # Every slot of a one-seed sweep has seed index 0. Folded into the evaluation key under vmap, those equal
+    # indices made XLA:CPU's algebraic simplifier give up on the unrolled threefry after 50 passes and print
+    # "E... algebraic_simplifier.cc:...] ... likely stuck in a circular simplification loop" twice while compiling
+    # (seen on an AVX-512 host). A fresh process, and no compilation cache: a cached program would compile nothing.
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
+         "--eval-episodes", "8", "--no-compile-cache"],  # 2 updates, evaluated at the end
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert evaluated in proc.stdout  # the evaluation ran, so its program was compiled
+    output = proc.stdout + proc.stderr
+    assert not [line for line in output.splitlines() if re.match(r"E\d{4} ", line)], output[-3000:]
