@@ -130,7 +130,10 @@ def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds
     # gamma = 0.9: Q([1], a) = 1 and Q([0], a) = 0.5 + 0.9 = 1.4 for every action, for both critics. Trained as 4
     # slots of one compiled program: (seed 0, tau 0.5), (seed 1, tau 0.5), (seed 0, tau 1), (seed 1, tau 1).
     # 192 updates: with tau = 1 (targets copied every step) the critics converge slowest; at 128 updates seeds 0 and 1
-    # were still 0.07-0.08 off at [0] (an init differing in the last bits decided pass or fail), at 192 within 0.03.
+    # were still 0.07-0.08 off at [0] (an init differing in the last bits decided pass or fail), at 192 within 0.03 on
+    # one host and up to 0.08 on others (an AVX-512 host; plain layers): the critics' lr of 1e-2 keeps them moving.
+    # 0.1 still tells the answers apart: bootstrapping the terminal step gives Q([1]) >= 1.9, not bootstrapping
+    # the first step Q([0]) = 0.5.
     result, sac = _train_probe("Probe-ContinuousTwoStep-v0", PROBE.replace(total_timesteps=8 * 8 * 192), num_seeds=2,
                                sweep="tau=0.5,1.0")
     obs = jnp.array([[0.0], [0.0], [0.0], [1.0], [1.0], [1.0]])
@@ -138,7 +141,7 @@ def test_two_step_chain_bootstraps_once_and_a_terminal_step_not_at_all_for_seeds
     for slot in range(4):
         critic = jax.tree.map(lambda x: x[slot], result.params.critic)
         q = np.asarray(sac.critic.apply(critic, obs, action))
-        np.testing.assert_allclose(q, np.broadcast_to([1.4, 1.4, 1.4, 1.0, 1.0, 1.0], q.shape), atol=0.05)
+        np.testing.assert_allclose(q, np.broadcast_to([1.4, 1.4, 1.4, 1.0, 1.0, 1.0], q.shape), atol=0.1)
     # The swept tau reached the traced update: with tau = 1 the target critics are a copy of the critics after
     # every step (exactly: lag 0); with tau = 0.5 they lag by half the last steps' change (small once converged, but
     # not 0). And the two seeds trained different networks.
