@@ -401,7 +401,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     if env is None:
         env, env_params = envs.make(run_config.env, **env_kwargs)
     else:
-        env, env_params = envs.make(*env) if isinstance(env, tuple) else envs.make(env)
+        env, env_params = envs.make(env[0], env_params=env[1]) if isinstance(env, tuple) else envs.make(env)
     eval_episodes = run_config.eval_episodes // group_size if run_config.eval_interval(config.num_updates) else 0
     make = make_program_factory(agent, config, slots, env, env_params, config.num_envs // group_size, eval_episodes,
                                 pbt, run_config.member_groups)

@@ -1,0 +1,86 @@
+"""What must hold on whatever backend JAX finds (marker ``device``): the default run takes them on the CPU, and on a
+machine with an accelerator ``python -m pytest -m device -n 0`` runs them there (the TPU or GPU is JAX's default
+backend; the four fake CPU devices of ``conftest.py`` are not used). Each names the backend it ran on in its output.
+
+Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
+a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it.
+"""
+
+import shutil
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import agents
+from agents.ppo import PPOConfig
+from rlpar import rundir
+from rlpar import train as train_cli
+from rlpar.checkpoint import Checkpoints
+from rlpar.evaluate import evaluate
+
+pytestmark = pytest.mark.device
+
+SMALL = PPOConfig(num_envs=16, num_steps=32, total_timesteps=16 * 32 * 4, num_minibatches=2, update_epochs=2,
+                  hidden_sizes=(32, 32))
+
+
+def _leaves(tree) -> list[np.ndarray]:
+    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+
+
+def test_the_backend_is_named():
+    print(f"backend {jax.default_backend()}: {jax.devices()}")
+    assert jax.devices()
+
+
+def test_the_same_seed_twice_is_byte_identical_and_another_seed_differs():
+    runs = [agents.ppo.train(config, "CartPole-v1", devices=1)
+            for config in (SMALL, SMALL, SMALL.replace(seed=1))]
+    first, again, other = (_leaves(run.state) for run in runs)
+    assert len(first) == len(again) and all(a.tobytes() == b.tobytes() for a, b in zip(first, again))
+    assert any(a.tobytes() != b.tobytes() for a, b in zip(first, other))
+
+
+def test_a_short_ppo_run_learns_cartpole():
+    # A random policy's episodes last about 22 steps; 100k steps of the preset's settings reach well past 100.
+    config = PPOConfig.for_env("CartPole-v1").replace(num_envs=16, num_steps=128, total_timesteps=16 * 128 * 60,
+                                                      lr=2.5e-3)
+    result = agents.ppo.train(config, "CartPole-v1", devices=1, log_every=10)
+    returns = [m["episode_return"] for m in result.metrics if "episode_return" in m]
+    assert returns[-1] > 100 and returns[-1] > 3 * returns[0], returns
+
+
+def test_a_users_own_env_trains_through_the_library():
+    from tests.custom_envs import make_short_cartpole
+
+    result = agents.ppo.train(SMALL, make_short_cartpole(20), devices=1, log_every=1)
+    assert all(np.isfinite(x).all() for x in _leaves(result.params))
+    lengths = [m["episode_length"] for m in result.metrics if "episode_length" in m]
+    assert lengths and max(lengths) <= 20  # the user's 20-step time limit holds
+
+
+def _argv(run_dir: Path) -> list[str]:
+    return ["ppo", "--env", "CartPole-v1", "--devices", "1", "--num-envs", "16", "--num-steps", "32",
+            "--total-timesteps", str(16 * 32 * 4), "--num-minibatches", "2", "--update-epochs", "2",
+            "--hidden-sizes", "32,32", "--log-every", "1", "--checkpoint-every", "2", "--eval-every", "0",
+            "--no-compile-cache", "--run-dir", str(run_dir)]
+
+
+def _final_state(run_dir: Path):
+    checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
+    return checkpoints.restore(checkpoints.latest()).state
+
+
+def test_a_run_cut_after_a_checkpoint_resumes_bit_identically_and_evaluates(tmp_path):
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    assert train_cli.main(_argv(whole)) == 0
+    shutil.copytree(whole, cut)
+    shutil.rmtree(cut / rundir.CHECKPOINTS / "4")  # as if stopped after update 3: the newest checkpoint is update 2
+    assert Checkpoints(cut / rundir.CHECKPOINTS).committed_steps() == [2]
+    assert train_cli.main(["--resume", str(cut)]) == 0
+    a, b = _leaves(_final_state(whole)), _leaves(_final_state(cut))
+    assert len(a) == len(b) and all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
+    result = evaluate(cut, episodes=3)
+    assert result.returns.shape == (3,) and np.isfinite(result.returns).all()
