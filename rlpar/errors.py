@@ -45,3 +45,24 @@ def fail(err: BaseException | str, code: int = 2) -> int:
         traceback.print_exception(err, file=sys.stderr)
     print(f"error: {one_line(err, 2000)}", file=sys.stderr, flush=True)
     return code
+
+
+def out_of_memory(err: BaseException, what: str) -> ValueError | None:
+    """A one-line ``ValueError`` for XLA's out-of-memory errors (``RESOURCE_EXHAUSTED``, raised when a program that
+    cannot fit is compiled, or when an allocation fails), naming ``what`` was being run (the env count and steps) and
+    the memory it asked for; ``None`` for any other error."""
+    import re
+
+    text = str(err)
+    if "RESOURCE_EXHAUSTED" not in text and "Out of memory" not in text:
+        return None
+    asked = re.search(r"\(([\d.]+\s*[KMGT]?i?B?)\) exceeds available \w+ \(([\d.]+\s*[KMGT]?i?B?)\)", text)
+    amount = re.search(r"allocate (\d+) bytes", text)
+    if asked:
+        need = f"it asked for {asked.group(1)} of temporaries where the device has {asked.group(2)}"
+    elif amount:
+        need = f"an allocation of {int(amount.group(1)) / 2 ** 20:,.0f} MiB failed"
+    else:
+        need = describe(err)
+    return ValueError(f"{what} does not fit the device's memory: {need}; lower --num-envs or --num-steps, or use "
+                      f"more devices")

@@ -117,12 +117,19 @@ def final_evaluation(records: list[dict], slot_labels: list[str] | None = None, 
     return f"{head}: return {last[EVAL_RETURN]:.2f} +- {last[EVAL_RETURN + '_std']:.2f}"
 
 
+def format_bytes(n: float) -> str:
+    """``n`` bytes for a person: GiB with two decimals from 1 GiB, else MiB (one decimal below 10 MiB)."""
+    if n >= 2 ** 30:
+        return f"{n / 2 ** 30:.2f} GiB"
+    return f"{n / 2 ** 20:.1f} MiB" if n < 10 * 2 ** 20 else f"{n / 2 ** 20:.0f} MiB"
+
+
 def format_memory(record: dict) -> str:
-    """The highest peak device memory in the record (``"peak mem 1.25 GiB"``), or ``""`` where the backend does
-    not report memory (XLA:CPU)."""
+    """The highest peak device memory in the record (``"peak mem 1.25 GiB"``, ``"peak mem 3.4 MiB"``), or ``""``
+    where the backend does not report memory (XLA:CPU)."""
     if not record.get("memory"):
         return ""
-    return f"peak mem {max(d['peak_bytes_in_use'] for d in record['memory']) / 2**30:.2f} GiB"
+    return f"peak mem {format_bytes(max(d['peak_bytes_in_use'] for d in record['memory']))}"
 
 
 def format_record(record: dict, num_updates: int, slot_labels: list[str] | None = None) -> str:

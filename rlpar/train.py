@@ -188,6 +188,15 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
     except KeyboardInterrupt:  # before training started (compiling, restoring): nothing was saved by this run
         print("interrupted before the first update; nothing of this run was saved", file=sys.stderr, flush=True)
         return 130
+    except RuntimeError as err:  # XLA's out-of-memory error, at compile (before the first update) or later
+        from rlpar import errors
+
+        per_device = config.num_envs // max(len(devices), 1)
+        fit = errors.out_of_memory(err, f"{config.num_envs} envs x {config.num_steps} steps "
+                                        f"({per_device} envs per device)")
+        if fit is None:
+            raise
+        return _fail(fit, 2)
     except Preempted as stop:
         print(_preempted_line(stop), file=sys.stderr, flush=True)
         return EXIT_CODE

@@ -130,3 +130,27 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path)
     finished = subprocess.run([sys.executable, "-m", "rlpar.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0 and "the run is finished (update 4000 of 4000" in finished.stdout
+
+
+@pytest.mark.parametrize("xla_message, said", [
+    ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (21.33G) exceeds "
+     "available HBM (15.75G).", "it asked for 21.33G of temporaries where the device has 15.75G"),
+    ("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 13421772800 bytes.",
+     "an allocation of 12,800 MiB failed"),
+])
+def test_a_program_too_large_for_the_device_is_one_line_naming_the_envs_and_the_memory(xla_message, said, monkeypatch,
+                                                                                      capsys, tmp_path):
+    """XLA's out-of-memory error (what a TPU raises when the compiled program cannot fit, as PPO on Breakout-MinAtar
+    at 65536 envs on a 15.7 GiB chip) becomes one line naming the env count and the memory asked for."""
+    import jax
+
+    def too_large(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError(xla_message)
+
+    monkeypatch.setattr(train_cli, "_run_with_progress", too_large)
+    code = train_cli.main(["ppo", "--env", "CartPole-v1", "--num-envs", "64", "--devices", "2",
+                           "--run-dir", str(tmp_path / "run")])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("error: 64 envs x 128 steps (32 envs per device) does not fit the device's memory: ")
+    assert said in err and "lower --num-envs or --num-steps" in err

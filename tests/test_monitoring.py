@@ -36,6 +36,10 @@ def test_memory_statistics_per_device_reach_timing_tensorboard_and_the_progress_
     assert "memory" in timing and "memory" not in deterministic  # metrics.jsonl stays bit-identical
     assert logs.tensorboard_scalars(record)["perf/memory/device1/peak_bytes_in_use"] == 2**31
     assert progress.format_record(record, 100).endswith("peak mem 2.00 GiB")
+    # a few MiB do not print as zero
+    small = {**record, "memory": [{**d, "peak_bytes_in_use": 3_500_000} for d in record["memory"]]}
+    assert progress.format_record(small, 100).endswith("peak mem 3.3 MiB")
+    assert progress.format_bytes(300 * 2 ** 20) == "300 MiB"
     # XLA:CPU reports no memory statistics: nothing recorded, nothing shown.
     assert parallel.memory_stats(jax.local_devices()[:2]) is None
 
