@@ -19,8 +19,8 @@ same config, measured in rejax's environment right after (``peers.py rejax --pro
 Throughput in FLOP/s: XLA's cost analysis (``compiled.cost_analysis()["flops"]``) of one minibatch gradient
 (``PPO.grad``, a loop-free program) and of one acting step (``PPO.act`` on this device's envs) gives the update's
 FLOPs (``epochs * minibatches`` gradients, ``num_steps`` acting steps, one bootstrap); divided by the measured times
-they give the achieved GFLOP/s, set beside the GFLOP/s of a large float32 matmul (``jnp.dot`` of 2048^3, the best
-this backend does on this host: the practical peak).
+they give the achieved GFLOP/s, set beside the GFLOP/s of a large float32 and bfloat16 matmul (``jnp.dot`` of 2048^3
+on a CPU, 8192^3 on an accelerator: the practical peaks).
 
     python benchmarks/profile_update.py                    # PPOConfig defaults: 8 envs x 128 steps
     python benchmarks/profile_update.py --kernels --peer rejax
@@ -121,16 +121,18 @@ def main(argv=None) -> int:
     def flops(fn, *fn_args) -> float:
         return float(jax.jit(fn).lower(*fn_args).compile().cost_analysis()["flops"])
 
-    progress.start("counting FLOPs (XLA's cost analysis) and timing a 2048^3 matmul")
+    progress.start("counting FLOPs (XLA's cost analysis) and timing a large matmul")
     minibatch = jax.tree.map(lambda x: x[: n // config.num_minibatches], batch)
     grad_flops = flops(ppo.grad, state.agent.params, minibatch) * steps
     obs = state.rollout.obs
     act_flops = flops(lambda a, o: ppo.act(a, ppo.initial_carry(config.num_envs), o, jax.random.PRNGKey(0)),
                       state.agent, obs) * (config.num_steps + 1)  # + the bootstrap's forward pass
-    size = 2048
+    size = 2048 if jax.default_backend() == "cpu" else 8192  # an accelerator needs a larger product to be busy
     a = jax.random.normal(jax.random.PRNGKey(4), (size, size))
     t_matmul = median_seconds(jax.jit(lambda x: x @ x), a, repeats=args.repeats)
-    peak = 2 * size**3 / t_matmul / 1e9
+    peak = 2 * size**3 / t_matmul / 1e9  # float32 at JAX's default precision
+    t_bf16 = median_seconds(jax.jit(lambda x: x @ x), a.astype(jnp.bfloat16), repeats=args.repeats)
+    peak_bf16 = 2 * size**3 / t_bf16 / 1e9
     kinds = None
     if args.kernels:
         progress.start("tracing the update's kernels")
@@ -164,7 +166,8 @@ def main(argv=None) -> int:
            f"{peer['ms']['update'] / (1e3 * times['update']):.2f}x as fast" if peer else ""))
     print(f"FLOPs per update: {steps} grad steps {grad_flops / 1e9:.2f} G, acting {act_flops / 1e9:.3f} G; achieved: "
           f"whole update {(grad_flops + act_flops) / times['update'] / 1e9:.1f} GFLOP/s; float32 matmul {size}^3 here: "
-          f"{peak:.1f} GFLOP/s (update at {100 * (grad_flops + act_flops) / times['update'] / 1e9 / peak:.0f}% of it)")
+          f"{peak:.1f} GFLOP/s (update at {100 * (grad_flops + act_flops) / times['update'] / 1e9 / peak:.0f}% of it); "
+          f"bfloat16: {peak_bf16:.1f} GFLOP/s ({100 * (grad_flops + act_flops) / times['update'] / 1e9 / peak_bf16:.0f}%)")
     for label, found in (("rlpar", kinds), (args.peer, peer and {k: tuple(v) for k, v in peer["kernels"].items()})):
         if found:
             print(f"{label}: kernels of one update by kind (share of traced time, count)")
