@@ -58,9 +58,9 @@ _installed = False
 
 
 def install() -> bool:
-    """Register the CPU lowering of ``threefry2x32`` that follows ``rlpar.platform.threefry_unrolled`` (once per process; later calls do
-    nothing). Returns whether it is registered: ``False`` when this JAX lacks the internals it replaces (then JAX's
-    own lowering stays, and nothing changes but speed)."""
+    """Register the CPU lowering of ``threefry2x32`` that follows ``rlpar.platform.threefry_unrolled`` (once per
+    process; later calls do nothing). Returns whether it is registered: ``False`` when this JAX lacks the internals
+    it replaces (then JAX's own lowering stays, and nothing changes but speed)."""
     global _installed
     if _installed:
         return True

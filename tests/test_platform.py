@@ -123,8 +123,9 @@ def test_the_old_names_are_the_platforms():
 
     assert shuffle.method is platform.shuffle_method and shuffle.block_size is platform.shuffle_block
     assert shuffle.set_method is platform.set_shuffle_method and shuffle.set_block is platform.set_shuffle_block
-    assert rollout.keys_up_front is platform.collector_keys_up_front and rollout.scan_unroll is platform.collector_unroll
-    assert rollout.set_keys_up_front is platform.set_keys_up_front and rollout.set_unroll is platform.set_collector_unroll
+    assert rollout.keys_up_front is platform.collector_keys_up_front
+    assert rollout.scan_unroll is platform.collector_unroll and rollout.set_unroll is platform.set_collector_unroll
+    assert rollout.set_keys_up_front is platform.set_keys_up_front
     for name in ("cpu_fast_paths", "fast_paths", "set_fast_paths", "forced", "resolve", "PLAIN_LAYERS_ENV"):
         assert getattr(cpu_paths, name) is getattr(agents_platform, name) is getattr(platform, name)
     assert cpu_paths.rolled_threefry is platform.rolled_threefry
