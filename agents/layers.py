@@ -63,8 +63,9 @@ def patches3x3(x: jax.Array) -> jax.Array:
 
 
 def _fast(fast: bool | None, dtype: Any) -> bool:
-    """Whether a layer computing in ``dtype`` takes its fast path (float32 only, see the module docstring)."""
-    return dtype == jnp.float32 and platform.resolve(fast)
+    """Whether ``Conv3x3`` computing in ``dtype`` takes its fast path (float32 only, see the module docstring;
+    ``platform.conv_as_patches`` where ``fast`` is ``None``)."""
+    return dtype == jnp.float32 and (platform.conv_as_patches() if fast is None else fast)
 
 
 def _fast_dense(fast: bool | None, dtype: Any, rows: int | None = None) -> bool:

@@ -2,14 +2,13 @@
 
 Two ways, one contract (each element equally likely at each position; ``tests/test_shuffle.py`` checks both):
 
-- ``"feistel"``, XLA:CPU's fast path (``agents.platform.cpu_fast_paths``): no sort, a few integer operations per
-  element (below);
-- ``"sort"``, everywhere else: ``jax.random.permutation`` (random sort keys, sorted). On a TPU the Feistel walk was
-  the slow one (``docs/benchmarks.md``, "Shuffles on the accelerator"): its cycle walking is a ``while_loop`` whose
-  every round is a full pass over the batch with 32-bit integer multiplies, where a TPU sorts half a million keys in
-  well under a millisecond.
+- ``"feistel"``, XLA:CPU's fast path: no sort, a few integer operations per element (below);
+- ``"sort"``, everywhere else: ``jax.random.permutation`` (random sort keys, sorted).
 
-``method()`` says which one a trace takes; ``set_method`` forces one (benchmarks compare them on one backend).
+Which one a trace takes, how many rows of a time step move together (``block_size``) and how ``minibatches``
+gathers them are decided in ``rlpar.platform`` (``shuffle_method``, ``shuffle_block``, ``gather_layout``), with the
+measurements behind each; ``method``, ``block_size``, ``set_method``, ``set_block`` and ``using`` here are those
+answers and their forcing hooks (benchmarks compare them on one backend).
 
 The Feistel permutation, without sorting:
 
@@ -39,86 +38,29 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from rlpar import platform
+from rlpar.platform import BLOCK_MAX, GATHER_LAYOUTS, LANES, MIN_UNITS, SHUFFLE_METHODS  # noqa: F401 (re-exported)
+
 ROUNDS = 6
 SMALL = 32  # fewer elements than this: jax.random.permutation
-METHODS = ("feistel", "sort")
-BLOCK_MAX = 64  # rows of one time step moved as one unit at most, off XLA:CPU (block_size)
-MIN_UNITS = 256  # units each minibatch holds at least, for block_size to grow a block
+METHODS = SHUFFLE_METHODS
+LAYOUTS = ("auto",) + GATHER_LAYOUTS  # using(layout=...): "auto" lets rlpar.platform.gather_layout decide
 
-_forced: str | None = None  # set_method; None: by platform
-_block_forced: int | None = None  # set_block; None: block_size decides
-LAYOUTS = ("auto", "flat", "blocks", "shaped")
-LANES = 128  # a TPU tile's minor dimension: rows at least this wide gather as [N / block, block, F] (minibatches)
-_layout = "auto"  # how minibatches gathers (see there); the others only to measure against
-
-
-def method(platform: str | None = None) -> str:
-    """The permutation a trace takes now: ``set_method``'s if set, else ``"feistel"`` where the XLA:CPU fast paths
-    are on (``agents.platform.cpu_fast_paths``) and ``"sort"`` elsewhere. Read when a program is traced."""
-    if _forced is not None:
-        return _forced
-    from rlpar.cpu_paths import cpu_fast_paths
-
-    return "feistel" if cpu_fast_paths(platform) else "sort"
-
-
-def set_method(name: str | None) -> None:
-    """Force ``name`` (one of ``METHODS``) for everything traced from now on; ``None`` decides by platform again."""
-    global _forced
-    if name is not None and name not in METHODS:
-        raise ValueError(f"shuffle method {name!r}: expected one of {', '.join(METHODS)}")
-    _forced = name
-
-
-def set_block(rows: int | None) -> None:
-    """Force ``block_size``'s answer (where it divides the step's rows); ``None`` lets it decide again."""
-    global _block_forced
-    if rows is not None and (not isinstance(rows, int) or rows < 1):
-        raise ValueError(f"shuffle block {rows!r}: expected a positive integer or None")
-    _block_forced = rows
+method = platform.shuffle_method  # (platform=None) -> "feistel" or "sort", for a trace now
+set_method = platform.set_shuffle_method  # force one of METHODS for everything traced from now on; None: by platform
+set_block = platform.set_shuffle_block  # force block_size's answer (where it fits); None: it decides again
+block_size = platform.shuffle_block  # (n, step_rows, num_minibatches) -> rows of one time step moved together
 
 
 @contextlib.contextmanager
 def using(name: str | None, block: int | None = None, layout: str = "auto") -> Iterator[None]:
     """``set_method(name)`` and ``set_block(block)`` inside the ``with`` block, the previous choices restored;
     ``layout`` (one of ``LAYOUTS``) is how ``minibatches`` gathers, for benchmarks to compare."""
-    global _layout
     if layout not in LAYOUTS:
         raise ValueError(f"shuffle layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    previous = _forced, _block_forced, _layout
-    set_method(name)
-    set_block(block)
-    _layout = layout
-    try:
+    with platform.forcing(shuffle_method=name, shuffle_block=block,
+                          gather_layout=None if layout == "auto" else layout):
         yield
-    finally:
-        set_method(previous[0])
-        set_block(previous[1])
-        _layout = previous[2]
-
-
-def block_size(n: int, step_rows: int | None, num_minibatches: int) -> int:
-    """How many consecutive rows of a flat batch move together when it is shuffled: 1 with the Feistel method;
-    otherwise the largest power of two up to ``BLOCK_MAX`` that divides ``step_rows`` (the rows one time step
-    contributes: ``flat index = t * step_rows + r``, so a block never spans two time steps) and leaves every
-    minibatch at least ``MIN_UNITS`` blocks. ``None`` (layout unknown): 1.
-
-    Why: an accelerator gathers a few large rows far faster than many small ones (``docs/benchmarks.md``, "Shuffles
-    on the accelerator"). A block holds different environments at the same step, which are independent given the
-    policy, so a minibatch of blocks is as varied as one of single rows; every row is still used once per epoch and
-    each order of the blocks is equally likely."""
-    if step_rows is None or n % num_minibatches:
-        return 1
-    if _block_forced is not None:
-        block = _block_forced
-        return block if step_rows % block == 0 and (n // block) % num_minibatches == 0 else 1
-    if method() == "feistel":
-        return 1
-    block = 1
-    while (block * 2 <= BLOCK_MAX and step_rows % (block * 2) == 0
-           and (n // (block * 2)) % num_minibatches == 0 and n // (block * 2) // num_minibatches >= MIN_UNITS):
-        block *= 2
-    return block
 
 
 def epoch_orders(key: jax.Array, n: int, epochs: int, block: int = 1) -> jax.Array:
@@ -130,21 +72,16 @@ def minibatches(x: jax.Array, order: jax.Array, num_minibatches: int, block: int
     """``x [N, ...]`` in ``order`` (a permutation of its ``N // block`` blocks), as ``[num_minibatches, N / M, F]``
     with each row flattened (``F`` = the product of ``x.shape[1:]``; ``restore`` gives rows their shape back).
 
-    The gather reads flat rows: an accelerator lays out an array's last two dimensions in tiles (a TPU's are
-    8 x 128), so a row shaped ``[10, 10, 4]`` is gathered as padded tiles, a flat one as dense lanes. Blocks of
-    narrow rows (``F < LANES``) are gathered as one flat row of ``block * F``; blocks of wide rows as
-    ``[block, F]`` slabs. On a TPU v5e (PPO, 4,096 envs x 128 steps, ``docs/benchmarks.md``, "Shuffles on the
-    accelerator"): CartPole's update took 145 ms with shaped single rows and 12.7 ms with blocks of 64 as flat rows
-    of 256; Breakout-MinAtar's (``F`` = 400) 1,509 ms shaped, 284 ms flat, 149 ms as [64, 400] slabs, where blocks
-    of 8 as flat rows of 3,200 asked for 21 GiB of temporaries. On XLA:CPU (block 1) the reshapes are free. Sizes
-    are spelled out: a leaf may be empty (``[N, 0]``). (``using(layout=...)`` forces ``"flat"``, ``"blocks"`` or
-    ``"shaped"``, rows in their own shape, for benchmarks to compare.)"""
+    The gather reads flat rows, blocks of narrow rows as one flat row of ``block * F``, blocks of wide rows as
+    ``[block, F]`` slabs (``rlpar.platform.gather_layout``, which says why; ``"shaped"``, rows in their own shape,
+    only when forced, to measure against). Sizes are spelled out: a leaf may be empty (``[N, 0]``)."""
     n, rest = x.shape[0], x.shape[1:]
     width = math.prod(rest)
-    if _layout == "shaped":
+    layout = platform.gather_layout(block, width)
+    if layout == "shaped":
         units = x if block == 1 else x.reshape((n // block, block) + rest)
         return jnp.take(units, order, axis=0).reshape((num_minibatches, n // num_minibatches) + rest)
-    slabs = _layout == "blocks" or (_layout == "auto" and block > 1 and width >= LANES)
+    slabs = layout == "blocks"
     units = x.reshape((n // block, block, width) if slabs else (n // block, block * width))
     taken = jnp.take(units, order, axis=0)
     return taken.reshape((num_minibatches, n // num_minibatches, width))

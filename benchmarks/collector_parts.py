@@ -55,28 +55,16 @@ def _no_spill_branch():
         rollout._hold_final = saved
 
 
-@contextlib.contextmanager
 def _keys(up_front: bool):
-    from rlpar import rollout
+    from rlpar import platform
 
-    saved = rollout._keys_forced
-    rollout.set_keys_up_front(up_front)
-    try:
-        yield
-    finally:
-        rollout.set_keys_up_front(saved)
+    return platform.forcing(keys_up_front=up_front)
 
 
-@contextlib.contextmanager
 def _unrolled(steps: int):
-    from rlpar import rollout
+    from rlpar import platform
 
-    saved = rollout._unroll_forced
-    rollout.set_unroll(steps)
-    try:
-        yield
-    finally:
-        rollout.set_unroll(saved)
+    return platform.forcing(collector_unroll=steps)
 
 
 def make_engine_without_final(env_id, num_local_envs, num_steps, hidden_sizes, calls):

@@ -51,7 +51,7 @@ def make_program(agent: Agent, env, env_params, num_envs: int, num_steps: int, a
     every device's episodes (``episodes.RETURNS``, ``episodes.LENGTHS``: ``[devices * eval_episodes]``). Device
     ``i`` draws its episodes from ``fold_in(key, i)``; the training state is only read.
     """
-    cpu_paths.install()  # threefry unrolled on XLA:CPU when the fast paths are on (rlpar.cpu_paths)
+    cpu_paths.install()  # threefry unrolled on XLA:CPU as rlpar.platform.threefry_unrolled decides
     collect = rollout.make_collector(env, env_params, agent.act, num_steps, bootstrap=agent.bootstrap,
                                      initial_carry=agent.initial_carry)
 

@@ -18,7 +18,9 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from rlpar import platform
 from rlpar.collectives import psum
+from rlpar.platform import KEYS_UP_FRONT_MAX, UNROLL_ACCELERATOR  # noqa: F401 (re-exported)
 
 
 class Transition(NamedTuple):
@@ -184,52 +186,12 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     return collect
 
 
-_keys_forced: bool | None = None  # set_keys_up_front; None: by platform
-_unroll_forced: int | None = None  # set_unroll; None: by platform
-KEYS_UP_FRONT_MAX = 1 << 20  # off XLA:CPU, keys split before the scan up to this many (keys_up_front)
-UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU (scan_unroll)
-
-
-def scan_unroll() -> int:
-    """Environment steps per iteration of the collect's ``lax.scan``: 1 on XLA:CPU's fast path, where unrolling made
-    the collector slower; ``UNROLL_ACCELERATOR`` elsewhere: on a TPU v5e (CartPole, 128 steps) two steps per
-    iteration took the collector from 29% behind the bare gymnax loop to 15% ahead at 4,096 envs and from 23% behind
-    to level at 32,768; four steps gained 3-5% more but doubled the collector's compile time (``docs/benchmarks.md``,
-    "The collector on the accelerator"). ``set_unroll`` forces one. Read when a collector is traced."""
-    if _unroll_forced is not None:
-        return _unroll_forced
-    from rlpar.cpu_paths import cpu_fast_paths
-
-    return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
-
-
-def set_unroll(steps: int | None) -> None:
-    """Force the steps per iteration of collectors traced from now on; ``None`` decides by platform again."""
-    global _unroll_forced
-    if steps is not None and (not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"unroll {steps!r}: expected a positive integer or None")
-    _unroll_forced = steps
-
-
-def keys_up_front(num_keys: int | None = None) -> bool:
-    """Whether a collect that draws ``num_keys`` keys splits them all before its scan, or each step splits its own
-    from the step's index. Up front on XLA:CPU's fast path (each threefry call inside a loop costs a loop of its
-    own); elsewhere only up to ``KEYS_UP_FRONT_MAX`` keys: on a TPU v5e the array of all keys ([T, 1 + B, 2]
-    uint32) made the collector 1.5x faster at 1,024 envs x 128 steps, 1.06x at 4,096 and 1.2-1.6x slower from
-    8,192 envs
-    (``docs/benchmarks.md``, "The collector on the accelerator"). ``set_keys_up_front`` forces one. Read when a
-    collector is traced."""
-    if _keys_forced is not None:
-        return _keys_forced
-    from rlpar.cpu_paths import cpu_fast_paths
-
-    return cpu_fast_paths() or (num_keys is not None and num_keys <= KEYS_UP_FRONT_MAX)
-
-
-def set_keys_up_front(enabled: bool | None) -> None:
-    """Force the key schedule of collectors traced from now on; ``None`` decides by platform again."""
-    global _keys_forced
-    _keys_forced = enabled
+# The collector's per-backend choices live in rlpar.platform, with the measurements behind them; these names are
+# theirs, read when a collector is traced.
+keys_up_front = platform.collector_keys_up_front  # (num_keys) -> split every step's keys before the scan?
+set_keys_up_front = platform.set_keys_up_front  # force that for collectors traced from now on; None: by platform
+scan_unroll = platform.collector_unroll  # () -> environment steps per iteration of the collect's scan
+set_unroll = platform.set_collector_unroll  # force that for collectors traced from now on; None: by platform
 
 
 def _hold_final(bootstrap, agent_state, pending: _Pending, truncated, final_obs, agent_carry):

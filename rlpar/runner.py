@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar import (checkpoint, compile_cache, cpu_paths, episodes, guard, logs, parallel, population, preemption,
+from rlpar import (checkpoint, compile_cache, episodes, guard, logs, parallel, platform, population, preemption,
                    program, program_cache, rollout, rundir, seeds)
 from rlpar.agent import AgentSpec
 from rlpar.logs import RunLogger
@@ -559,26 +559,21 @@ def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bo
     return checkpoints, restored, logger
 
 
-# The init runs once, beside the chunk program's compilation (its own thread), so its compiler options buy compile
-# time, not speed: XLA's backend optimisation level 0 (the init's compile CPU on the CartPole preset 1.4 s -> 0.6 s on
-# a 2-core host; its floats may differ from an optimised build's in the last bit, the orthogonal initialiser's
-# arithmetic), and on XLA:CPU the older elemental emitters instead of the MLIR fusion emitters (PPO CartPole 1.25 ->
-# 0.54 s of compile CPU, PQN 0.95 -> 0.37 s, SAC 1.45-2.07 -> 0.66-0.74 s; the same state bit for bit:
-# docs/benchmarks.md, 2026-12-05). The initial state is the same on every device, in every run and process.
-INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
-INIT_CPU_COMPILER_OPTIONS = {**INIT_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}
+INIT_COMPILER_OPTIONS = platform.INIT_COMPILER_OPTIONS
+INIT_CPU_COMPILER_OPTIONS = platform.INIT_CPU_COMPILER_OPTIONS
 
 
-def compile_init(lowered, platform: str):
-    """``lowered.compile`` with the init's options for ``platform`` (above); where this XLA lacks the CPU option
-    (``No such compile option``), with the platform-independent ones."""
-    if platform == "cpu":
+def compile_init(lowered, backend: str):
+    """``lowered.compile`` with the init's options for the ``backend`` platform (``init_compiler_options`` in
+    ``rlpar.platform``, which says why), the next in turn where this XLA lacks one (``No such compile option``)."""
+    *preferred, last = platform.init_compiler_options(backend)
+    for options in preferred:
         try:
-            return lowered.compile(INIT_CPU_COMPILER_OPTIONS)
+            return lowered.compile(options)
         except jax.errors.JaxRuntimeError as err:
             if "No such compile option" not in str(err):
                 raise
-    return lowered.compile(INIT_COMPILER_OPTIONS)
+    return lowered.compile(last)
 
 
 class _Init:
@@ -603,7 +598,7 @@ class _Init:
             return self._traced
 
     def compile(self):
-        with cpu_paths.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.cpu_paths)
+        with platform.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.platform)
             lowered = self._trace()[0].lower()
         return compile_init(lowered, self._devices[0].platform)
 

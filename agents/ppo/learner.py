@@ -162,7 +162,7 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
         happens only in the forward pass. Elsewhere they run on the pytree. The optimizer state is the same either
         way (``agents.optim.make_optimizer``).
         """
-        if platform.cpu_fast_paths():
+        if platform.raveled_update():
             flat_params, unravel = ravel_pytree(params)
             step_loss, step_tx = (lambda v, b, m: loss_fn(unravel(v), b, m)), tx_vector
         else:

@@ -145,7 +145,7 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
         each step's (per-device) statistics ``[E, M]``. ``step_rows`` as PPO's fit (``agents.ppo.learner.make_fit``).
         On the XLA:CPU fast path (``agents.platform``) the steps run on the parameters raveled into one vector, as
         PPO's do; the optimizer state is the same either way."""
-        if platform.cpu_fast_paths():
+        if platform.raveled_update():
             flat_params, unravel = ravel_pytree(params)
             step_loss, step_tx = (lambda v, b: loss_fn(unravel(v), b)), tx_vector
         else:
