@@ -4,7 +4,7 @@ usage: python tests/sigkill_after.py N [rlpar.train arguments]
 
 For the kill-and-resume tests: the process dies at an exact point between two checkpoints (after that chunk's
 metrics line is written, before its checkpoint would be saved), as a crash or ``kill -9`` there would leave it. The
-hook is installed here, in the test harness, by wrapping the runner's ``_finish_chunk``; the production loop has no
+hook is installed here, in the test harness, by wrapping the chunk loop's ``_finish_chunk``; the production loop has no
 test hooks.
 """
 
@@ -17,9 +17,9 @@ import sys
 
 def main(argv: list[str]) -> int:
     kill_at, flags = int(argv[0]), argv[1:]
-    from rlpar import runner, train
+    from rlpar import chunks, train
 
-    finish_chunk = runner._finish_chunk
+    finish_chunk = chunks._finish_chunk
 
     def finish_then_maybe_die(record, records, out):
         finish_chunk(record, records, out)
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
                 out.logger.sync()  # what a crash leaves on disk: the lines already written
             os.kill(os.getpid(), signal.SIGKILL)
 
-    runner._finish_chunk = finish_then_maybe_die
+    chunks._finish_chunk = finish_then_maybe_die
     return train.main(flags)
 
 

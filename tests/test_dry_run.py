@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from rlpar import runner
+from rlpar import build, chunks
 from rlpar import train as train_cli
 
 
@@ -15,8 +15,8 @@ def no_compiling(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a dry run compiled")
 
-    monkeypatch.setattr(runner, "_build", refuse)
-    monkeypatch.setattr(runner, "_compile", refuse)
+    monkeypatch.setattr(build, "_build", refuse)
+    monkeypatch.setattr(chunks, "_compile", refuse)
 
 
 @pytest.mark.parametrize("flag", train_cli.DRY_RUN_FLAGS)
