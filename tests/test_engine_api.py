@@ -94,7 +94,10 @@ def test_ppo_trains_on_a_users_gymnax_environment_instance():
     assert result.metrics[-1]["update"] == 2
 
 
-ENGINE = ["rlpar.agent", "rlpar.collectives", "rlpar.rollout", "rlpar.program", "rlpar.parallel", "rlpar.runner",
+# the host loop's modules, in the order they may import each other: each imports only those before it
+HOST_LOOP = ["rlpar.run_config", "rlpar.records", "rlpar.run_state", "rlpar.prepare", "rlpar.chunks", "rlpar.build",
+             "rlpar.runner"]
+ENGINE = ["rlpar.agent", "rlpar.collectives", "rlpar.rollout", "rlpar.program", "rlpar.parallel", *HOST_LOOP,
           "rlpar.checkpoint", "rlpar.logs", "rlpar.rundir", "rlpar.guard", "rlpar.seeds", "rlpar.progress",
           "rlpar.episodes"]
 
@@ -107,6 +110,17 @@ def test_engine_modules_import_no_agent_and_start_no_backend():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["[]", "False"]
+
+
+def test_each_host_loop_module_imports_only_the_ones_before_it():
+    proc = _fresh_python(
+        f"import sys\nmodules = {HOST_LOOP!r}\n"
+        "for i, m in enumerate(modules):\n"
+        "    __import__(m)\n"
+        "    print(m, sorted(set(modules[i + 1:]) & set(sys.modules)))"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.splitlines() == [f"{m} []" for m in HOST_LOOP]
 
 
 def test_importing_the_libraries_starts_no_backend_and_train_creates_the_devices_asked_for(tmp_path):
