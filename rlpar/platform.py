@@ -1,7 +1,7 @@
 """Every choice rlpar makes per backend, each with the measurement that chose it.
 
 The mechanisms live elsewhere (threefry's unrolled lowering in ``rlpar.cpu_paths``, the Feistel walk and the gathers
-in ``agents.shuffle``, the collector in ``rlpar.rollout``, the init's compile in ``rlpar.runner``, the layers in
+in ``agents.shuffle``, the collector in ``rlpar.rollout``, the init's compile in ``rlpar.build``, the layers in
 ``agents.layers``); this module only answers which one runs. Each answer is a function read when a program is traced
 or compiled, never at import, so importing this module starts no JAX backend. ``docs/accelerators.md`` ("What each
 backend runs, and why") tabulates them: backend x choice x figure.
@@ -351,7 +351,7 @@ def collector_unroll() -> int:
     return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
 
 
-# --- the init's compile (rlpar.runner) -------------------------------------------------------------------------------
+# --- the init's compile (rlpar.build) --------------------------------------------------------------------------------
 
 INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
 INIT_CPU_COMPILER_OPTIONS = {**INIT_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}

@@ -188,7 +188,7 @@ def value_metrics(members: Members) -> dict:
 # ---- host side: what the logs say about the members ----
 
 def rounds_of(records: list[dict]) -> list[dict]:
-    """The PBT rounds logged in ``records`` (``record["pbt"]``, see ``rlpar.runner.add_members``), in order."""
+    """The PBT rounds logged in ``records`` (``record["pbt"]``, see ``rlpar.records.add_members``), in order."""
     return [r for record in records for r in record.get("pbt", [])]
 
 

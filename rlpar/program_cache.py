@@ -37,7 +37,7 @@ The key (``snapshot``, then ``Snapshot.key`` per program) covers:
   version and the host CPU's model and feature flags (the CPU backend compiles for the host);
 - the devices of the program (ids, kinds, processes);
 - the caller's description of the programs: for the runner the agent, its config, the env id, kwargs and parameters,
-  and the run settings that shape a program (``rlpar.runner._describe``); each program's name (its inputs' shapes
+  and the run settings that shape a program (``rlpar.prepare._describe``); each program's name (its inputs' shapes
   follow from all of these).
 
 A program is stored only when this process compiled it. When JAX's cache supplied it instead (the same HLO under a new
