@@ -14,8 +14,8 @@ The Feistel permutation, without sorting:
 
 ``jax.random.permutation`` draws random sort keys and sorts them, in two rounds for a PPO batch (``n`` of a thousand
 to a few hundred thousand). XLA:CPU sorts with a comparator call per comparison: on PPO's large CartPole config
-(1024 environments x 128 steps, 4 epochs) the shuffles took about a third of an update. ``permutation`` below costs a
-few integer operations per element instead, on every platform.
+(1024 environments x 128 steps, 4 epochs) the shuffles took about a third of an update. The Feistel walk below costs a
+few integer operations per element instead.
 
 How: ``range(2^b)`` with ``2^b >= n`` (``b`` at least 2) is permuted by a Feistel network, an alternating sequence of
 rounds that each XOR one half of an index's bits with a keyed hash of the other half (each round is its own inverse,

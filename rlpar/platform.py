@@ -267,10 +267,12 @@ def shuffle_method(platform: str | None = None) -> str:
     ``"sort"`` (``jax.random.permutation``) elsewhere.
 
     Why: XLA:CPU sorts with a comparator call per comparison; on PPO's large CartPole config (1024 environments x 128
-    steps, 4 epochs) the sorting shuffles took about a third of an update. On a TPU the Feistel walk was the slow
-    one: its cycle walking is a ``while_loop`` whose every round is a full pass over the batch with 32-bit integer
-    multiplies, where a TPU sorts half a million keys in well under a millisecond (``docs/benchmarks.md``,
-    "Shuffles on the accelerator")."""
+    steps, 4 epochs) the sorting shuffles took about a third of an update. On a TPU v5e the two were close, and the
+    permutation was not where the update's time went (the row gathers were): whole PPO updates at 4,096 envs with
+    single rows took 133.5 ms with the Feistel walk and 144.8 ms with the sort on CartPole, 1,499 and 1,509 ms on
+    Breakout-MinAtar. With blocks of rows (``shuffle_block``) there are 64 times fewer units to permute, so the
+    choice matters less still; off the CPU the sort is kept: JAX's own, no data-dependent ``while_loop``
+    (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e")."""
     method = _forced.get("shuffle_method")
     if method is not None:
         return method
@@ -285,10 +287,10 @@ def shuffle_block(n: int, step_rows: int | None, num_minibatches: int) -> int:
     the step's rows and the minibatches, else 1.
 
     Why: an accelerator gathers a few large rows far faster than many small ones. On a TPU v5e (PPO, 4,096 envs x
-    128 steps) CartPole's update took 145 ms with single rows and 12.7 ms with blocks of 64 (``docs/benchmarks.md``,
-    "Shuffles on the accelerator"). A block holds different environments at the same step, independent given the
-    policy, so a minibatch of blocks is as varied as one of single rows; every row is still used once per epoch and
-    each order of the blocks is equally likely."""
+    128 steps) CartPole's update took 145 ms with single rows and 12.7 ms with blocks of 64
+    (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"). A block holds different environments at
+    the same step, independent given the policy, so a minibatch of blocks is as varied as one of single rows;
+    every row is still used once per epoch and each order of the blocks is equally likely."""
     if step_rows is None or n % num_minibatches:
         return 1
     block = _forced.get("shuffle_block")
@@ -311,10 +313,10 @@ def gather_layout(block: int, width: int) -> str:
 
     Why: an accelerator lays out an array's last two dimensions in tiles (a TPU's are 8 x 128), so a shaped row is
     gathered as padded tiles, a flat one as dense lanes. On a TPU v5e (PPO, 4,096 envs x 128 steps,
-    ``docs/benchmarks.md``, "Shuffles on the accelerator"): CartPole's update took 145 ms with shaped single rows and
-    12.7 ms with blocks of 64 as flat rows of 256; Breakout-MinAtar's (``F`` = 400) 1,509 ms shaped, 284 ms flat,
-    149 ms as [64, 400] slabs, where blocks of 8 as flat rows of 3,200 asked for 21 GiB of temporaries. On XLA:CPU
-    (block 1) the reshapes are free."""
+    ``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"): CartPole's update took 145 ms with shaped
+    single rows and 12.7 ms with blocks of 64 as flat rows of 256; Breakout-MinAtar's (``F`` = 400) 1,509 ms
+    shaped, 284 ms flat, 149 ms as [64, 400] slabs, where blocks of 8 as flat rows of 3,200 asked for 21 GiB of
+    temporaries. On XLA:CPU (block 1) the reshapes are free."""
     layout = _forced.get("gather_layout")
     if layout is not None:
         return layout
@@ -332,7 +334,7 @@ def collector_keys_up_front(num_keys: int | None = None) -> bool:
     from the step's index. Up front on the fast paths (each threefry call inside a loop costs a loop of its own on
     XLA:CPU); elsewhere only up to ``KEYS_UP_FRONT_MAX`` keys: on a TPU v5e the array of all keys ([T, 1 + B, 2]
     uint32) made the collector 1.5x faster at 1,024 envs x 128 steps, 1.06x at 4,096 and 1.2-1.6x slower from
-    8,192 envs (``docs/benchmarks.md``, "The collector on the accelerator")."""
+    8,192 envs (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e")."""
     up_front = _forced.get("keys_up_front")
     if up_front is not None:
         return up_front
@@ -344,7 +346,7 @@ def collector_unroll() -> int:
     collector slower on XLA:CPU; ``UNROLL_ACCELERATOR`` elsewhere: on a TPU v5e (CartPole, 128 steps) two steps per
     iteration took the collector from 29% behind the bare gymnax loop to 15% ahead at 4,096 envs and from 23% behind
     to level at 32,768; four steps gained 3-5% more but doubled the collector's compile time (``docs/benchmarks.md``,
-    "The collector on the accelerator")."""
+    "Shuffles and the collector on a TPU v5e")."""
     steps = _forced.get("collector_unroll")
     if steps is not None:
         return steps
