@@ -31,8 +31,9 @@ def _available_memory() -> int:
 
 jax.config.update("jax_num_cpu_devices", NUM_TEST_DEVICES)
 # Start the backend now: importing rlpar starts none, and the first test to ask for --devices 2 would otherwise
-# start it with 2. Once started, the count stays 4 whatever a test asks.
-assert len(jax.devices()) == NUM_TEST_DEVICES
+# start it with 2. Once started, the count stays 4 whatever a test asks. The CPU's devices: on a machine with an
+# accelerator (``-m device``) JAX's default devices are the accelerator's.
+assert len(jax.devices("cpu")) == NUM_TEST_DEVICES
 # Off for the suite: once, in a full run with the cache on, XLA:CPU aborted the whole pytest process while
 # serializing an executable for it (not reproduced in isolation). Nor would a cache shared by the whole run save time:
 # one tried (2026-12-04) took 11:25 against 10:25 without, since few tests compile a program another test compiled and

@@ -42,10 +42,19 @@ class PPOConfig(AgentConfig):
         return self.num_updates * self.update_epochs * self.num_minibatches
 
     @classmethod
-    def for_env(cls, env_id: str) -> "PPOConfig":
-        """The defaults with this environment's preset applied (``agents/ppo/presets.py``); plain defaults if none."""
-        from agents.ppo.presets import PRESETS
+    def for_env(cls, env_id: str, platform: str | None = None) -> "PPOConfig":
+        """The defaults with this environment's preset applied (``agents/ppo/presets.py``); plain defaults if none.
+        Where the env has an accelerator preset (``ACCELERATOR``), ``platform`` (``"cpu"``, ``"tpu"``, ``"gpu"``;
+        default: JAX's default backend, asked only then) picks between the two."""
+        from agents.ppo.presets import ACCELERATOR, PRESETS
 
+        if env_id in ACCELERATOR:
+            if platform is None:
+                import jax
+
+                platform = jax.default_backend()
+            if platform != "cpu":
+                return cls(**ACCELERATOR[env_id])
         return cls(**PRESETS.get(env_id, {}))
 
     def validate(self, num_devices: int = 1) -> "PPOConfig":
