@@ -1,0 +1,158 @@
+"""IPPO on MPE simple spread: rlpar against JaxMARL's own baseline script, same config, each in a fresh process.
+
+- ``jaxmarl``: JaxMARL's ``baselines/IPPO/ippo_ff_mpe.py`` from a JaxMARL checkout (``--jaxmarl-script``; the
+  baselines are not in the pip package), its ``make_train`` run as its ``main`` runs it (``jax.vmap`` over seeds of
+  ``jax.jit(train)``), its yaml config with ``NUM_ENVS``, ``TOTAL_TIMESTEPS``, ``NUM_SEEDS`` and ``SEED`` replaced.
+  Its per-update ``io_callback`` to ``wandb.log`` stays (the script's own ``WANDB_MODE: disabled`` makes it a no-op);
+  ``hydra``, ``omegaconf`` and ``wandb``, only imported for ``main``, are stood in for when they are not installed.
+- ``rlpar``: ``agents.team.train_ippo`` on ``marl-MPE_simple_spread_v3`` with the env's preset (JaxMARL's
+  ``ippo_ff_mpe`` values, ``agents/team/presets.py``; on the CLI the flags of ``docs/multi-agent.md``) and the same
+  env count, budget and seeds.
+
+Each side reports its compile time and its SPS (team env steps x seeds per second of the compiled program's run,
+compilation apart), and the wall time of its process. Sides alternate for ``--rounds``.
+
+    python benchmarks/marl_vs_jaxmarl.py --jaxmarl-script ~/JaxMARL/baselines/IPPO/ippo_ff_mpe.py \\
+        --num-envs 1024 --total-timesteps 20000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import common  # also puts the repository root on sys.path
+from common import command_line, emit, platform_fields
+
+ENV_ID = "marl-MPE_simple_spread_v3"
+
+
+def _stand_in(name: str, **attributes) -> None:
+    """Put a module named ``name`` with ``attributes`` in ``sys.modules`` unless the real one imports."""
+    try:
+        __import__(name)
+    except ImportError:
+        module = types.ModuleType(name)
+        module.__dict__.update(attributes)
+        sys.modules[name] = module
+
+
+def _no_op(*args, **kwargs):
+    return None
+
+
+def load_jaxmarl_script(path: Path):
+    """JaxMARL's script as a module, with stand-ins for what only its ``main`` uses."""
+    _stand_in("hydra", main=lambda **kwargs: (lambda function: function))
+    _stand_in("omegaconf", OmegaConf=types.SimpleNamespace(to_container=lambda config: dict(config)))
+    _stand_in("wandb", log=_no_op, init=_no_op, Table=_no_op, plot=types.SimpleNamespace(line=_no_op))
+    spec = importlib.util.spec_from_file_location("jaxmarl_ippo_ff_mpe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def jaxmarl_config(script: Path, num_envs: int, total: int, seeds: int, seed: int) -> dict:
+    import yaml
+
+    config = yaml.safe_load((script.parent / "config" / f"{script.stem}.yaml").read_text())
+    config.update(NUM_ENVS=num_envs, TOTAL_TIMESTEPS=total, NUM_SEEDS=seeds, SEED=seed)
+    return config
+
+
+def run_jaxmarl(args) -> dict:
+    import jax
+
+    script = Path(args.jaxmarl_script).expanduser().resolve()
+    config = jaxmarl_config(script, args.num_envs, args.total_timesteps, args.num_seeds, args.seed)
+    module = load_jaxmarl_script(script)
+    module.wandb.init(project=config["PROJECT"], mode=config["WANDB_MODE"])  # as its main does
+    keys = jax.random.split(jax.random.PRNGKey(config["SEED"]), config["NUM_SEEDS"])
+    start = time.perf_counter()
+    train = jax.jit(jax.vmap(jax.jit(module.make_train(config))))
+    compiled = train.lower(keys).compile()
+    compile_s = time.perf_counter() - start
+    start = time.perf_counter()
+    out = jax.block_until_ready(compiled(keys))
+    run_s = time.perf_counter() - start
+    returns = out["metrics"]["returned_episode_returns"]
+    steps = config["NUM_UPDATES"] * config["NUM_ENVS"] * config["NUM_STEPS"] * config["NUM_SEEDS"]
+    return {"compile_s": compile_s, "run_s": run_s, "env_steps": steps, "sps": steps / run_s,
+            "last_return": float(returns[:, -1].mean()), "config": {k: v for k, v in config.items()
+                                                                    if isinstance(v, (int, float, str, bool))}}
+
+
+def run_rlpar(args) -> dict:
+    import agents.team
+    from agents.team import TeamConfig
+
+    config = TeamConfig.for_env(ENV_ID).replace(num_envs=args.num_envs, total_timesteps=args.total_timesteps,
+                                                seed=args.seed)
+    result = agents.team.train_ippo(config, ENV_ID, devices=1, num_seeds=args.num_seeds,
+                                    log_every=max(1, config.num_updates // 4), eval_every=0)
+    run_s = sum(record["time_s"] for record in result.metrics)
+    steps = result.metrics[-1]["env_steps"] * args.num_seeds
+    return {"compile_s": result.compile_s, "run_s": run_s, "env_steps": steps, "sps": steps / run_s,
+            "last_return": result.metrics[-1].get("episode/return")}
+
+
+def side(args) -> int:
+    import jax
+
+    start = time.perf_counter()
+    record = run_jaxmarl(args) if args.side == "jaxmarl" else run_rlpar(args)
+    record.update(program=args.side, wall_s=time.perf_counter() - start, **platform_fields(jax.devices()[:1]))
+    print(json.dumps(record), flush=True)
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jaxmarl-script", required=True,
+                        help="JaxMARL's baselines/IPPO/ippo_ff_mpe.py (its config/ippo_ff_mpe.yaml beside it)")
+    parser.add_argument("--num-envs", type=int, default=1024)
+    parser.add_argument("--total-timesteps", type=int, default=20_000_000, help="team env steps per seed")
+    parser.add_argument("--num-seeds", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=30, help="JaxMARL's config's SEED")
+    parser.add_argument("--rounds", type=int, default=1, help="rounds of both sides, alternating")
+    parser.add_argument("--sides", default="rlpar,jaxmarl")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--side", choices=["rlpar", "jaxmarl"], default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    script = Path(args.jaxmarl_script).expanduser()
+    if not script.is_file() or not (script.parent / "config" / f"{script.stem}.yaml").is_file():
+        parser.exit(2, f"--jaxmarl-script {args.jaxmarl_script}: expected JaxMARL's baselines/IPPO/ippo_ff_mpe.py "
+                       f"with config/{script.stem}.yaml beside it\n")
+    if args.side:
+        return side(args)
+    base = {"benchmark": "marl_vs_jaxmarl", "env": ENV_ID, "num_envs": args.num_envs,
+            "total_timesteps": args.total_timesteps, "num_seeds": args.num_seeds, "command": command_line(),
+            **common.host_fields()}
+    records: dict[str, list[dict]] = {}
+    for _ in range(args.rounds):
+        for name in args.sides.split(","):
+            cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--side", name]
+            done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+            if done.returncode or not lines:
+                print(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}", file=sys.stderr)
+                continue
+            record = {**base, **json.loads(lines[-1])}
+            records.setdefault(name, []).append(record)
+            emit(record, args.out)
+    if "rlpar" in records and "jaxmarl" in records:
+        ratio = (sorted(r["sps"] for r in records["rlpar"])[len(records["rlpar"]) // 2]
+                 / sorted(r["sps"] for r in records["jaxmarl"])[len(records["jaxmarl"]) // 2])
+        print(f"rlpar / jaxmarl SPS (medians): {ratio:.2f}x", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,83 @@
+"""Choose a PPO preset by measurement: for each batch shape (envs x steps x minibatches x epochs) one compiled run of
+a sweep over sweepable values x seeds, every slot's greedy return at the end, and the shape's training SPS.
+
+Each shape is one ``agents.ppo.train`` call in this process (the device opened once): ``--sweep``'s grid x
+``--num-seeds`` slots trained side by side (``docs/sweeps.md``), evaluated greedily at the end on
+``--eval-episodes`` episodes of their own. The SPS counts every slot's steps, so it says how much a shape costs
+beside the others, not what one run of it reaches (time one run with ``python -m rlpar.train``).
+
+    python benchmarks/preset_search.py --env Breakout-MinAtar --shapes 512x32x8x4,1024x32x16x4 \\
+        --sweep "lr=5e-4,1e-3,2e-3" --num-seeds 3 --total-timesteps 10000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import common  # also puts the repository root on sys.path
+from common import command_line, emit, platform_fields
+
+
+def parse_shape(text: str) -> dict:
+    try:
+        envs, steps, minibatches, epochs = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape {text!r}: expected ENVSxSTEPSxMINIBATCHESxEPOCHS, e.g. 512x32x8x4")
+    return dict(num_envs=envs, num_steps=steps, num_minibatches=minibatches, update_epochs=epochs)
+
+
+def sweep_grid(sweep: str) -> list[dict]:
+    """The sweep's values per value index, the first field varying slowest (as ``--sweep`` orders its slots)."""
+    fields = [(name, [float(v) for v in values.split(",")])
+              for name, values in (item.split("=", 1) for item in sweep.split())]
+    return [dict(zip([name for name, _ in fields], combo))
+            for combo in itertools.product(*(values for _, values in fields))] or [{}]
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--env", default="Breakout-MinAtar")
+    parser.add_argument("--shapes", required=True, help="comma list of ENVSxSTEPSxMINIBATCHESxEPOCHS")
+    parser.add_argument("--sweep", default="", help="as rlpar.train's --sweep (sweepable fields)")
+    parser.add_argument("--num-seeds", type=int, default=3)
+    parser.add_argument("--total-timesteps", type=int, default=10_000_000, help="env steps per slot")
+    parser.add_argument("--eval-episodes", type=int, default=64)
+    parser.add_argument("--set", default="", help="other config fields for every shape, FIELD=VALUE,...")
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args(argv)
+    shapes = [parse_shape(text) for text in args.shapes.split(",")]
+    extra = dict(item.split("=", 1) for item in args.set.split(",") if item)
+
+    import jax
+
+    import agents.ppo
+    from agents.ppo import PPOConfig
+
+    base = PPOConfig.for_env(args.env)
+    typed = {name: type(getattr(base, name))(value) if not isinstance(getattr(base, name), bool)
+             else value.lower() in ("1", "true", "yes") for name, value in extra.items()}
+    for shape in shapes:
+        config = base.replace(**shape, **typed, total_timesteps=args.total_timesteps)
+        start = time.perf_counter()
+        result = agents.ppo.train(config, args.env, devices=1, num_seeds=args.num_seeds, sweep=args.sweep or None,
+                                  log_every=max(1, config.num_updates // 4), eval_every=10 ** 9,
+                                  eval_episodes=args.eval_episodes)
+        wall = time.perf_counter() - start
+        last = result.metrics[-1]
+        run_s = sum(record["time_s"] for record in result.metrics)
+        slots = last.get("slots") or [last]
+        record = {"benchmark": "preset_search", "env": args.env, **shape, "total_timesteps": args.total_timesteps,
+                  "sweep": args.sweep, "num_seeds": args.num_seeds, "set": extra, "compile_s": result.compile_s,
+                  "run_s": run_s, "wall_s": wall, "sps_all_slots": last["env_steps"] * len(slots) / run_s,
+                  **platform_fields(jax.devices()[:1]), "command": command_line()}
+        grid = sweep_grid(args.sweep)
+        for slot, values in enumerate(slots):
+            emit({**record, "slot": slot, "seed_index": slot % args.num_seeds, **grid[slot // args.num_seeds],
+                  **{k: v for k, v in values.items() if not isinstance(v, (dict, list))}}, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""benchmarks/memory_fit.py (doubling, then halving to the largest env count that fits), benchmarks/preset_search.py's
+slot grid, and benchmarks/marl_vs_jaxmarl.py's refusal of a path that is not JaxMARL's script."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import preset_search  # noqa: E402
+
+
+def _run(script: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True,
+                          timeout=600, env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
+
+
+def test_memory_fit_doubles_then_halves_to_the_largest_count_under_the_limit(tmp_path):
+    out = tmp_path / "fit.jsonl"
+    # 16 envs x 8 steps of CartPole's update take well under a MiB of temporaries, 1024 well over 2 MiB
+    done = _run("memory_fit.py", "--env", "CartPole-v1", "--num-steps", "8", "--start", "16", "--stop", "4096",
+                "--memory-gib", str(2 / 1024), "--resolution", "0.25", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    rows, summary = records[:-1], records[-1]
+    sizes = [r["num_envs"] for r in rows]
+    doubling = [n for n in sizes if n & (n - 1) == 0]
+    assert doubling[:2] == [16, 32] and all(b == 2 * a for a, b in zip(doubling, doubling[1:]))
+    fits = {r["num_envs"]: r["fits"] for r in rows}
+    assert all(r["total_bytes"] <= 2 * 2 ** 20 for r in rows if r["fits"])
+    assert all(r["total_bytes"] > 2 * 2 ** 20 for r in rows if not r["fits"])
+    largest, miss = summary["largest_fit"], summary["first_miss"]
+    assert fits[largest] and not fits[miss] and largest < miss <= 1.25 * largest
+    assert not any(ok and n > largest for n, ok in fits.items())
+    # temporaries grow linearly with envs: each doubling adds as much per added env (a fixed part apart)
+    temp = {r["num_envs"]: r["temp_mib"] for r in rows}
+    slopes = [(temp[2 * n] - temp[n]) / n for n in doubling[1:-1]]  # MiB in two decimals: the first is rounded
+    assert max(slopes) < 1.1 * min(slopes), slopes
+
+
+def test_preset_search_slots_follow_the_sweep_grid_first_field_slowest():
+    grid = preset_search.sweep_grid("lr=1e-3,2e-3 ent_coef=0,0.01")
+    assert grid == [{"lr": 1e-3, "ent_coef": 0.0}, {"lr": 1e-3, "ent_coef": 0.01}, {"lr": 2e-3, "ent_coef": 0.0},
+                    {"lr": 2e-3, "ent_coef": 0.01}]
+    assert preset_search.sweep_grid("") == [{}]
+    assert preset_search.parse_shape("1024x16x8x4") == dict(num_envs=1024, num_steps=16, num_minibatches=8,
+                                                            update_epochs=4)
+    with pytest.raises(Exception, match="ENVSxSTEPSxMINIBATCHESxEPOCHS"):
+        preset_search.parse_shape("1024x16")
+
+
+def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
+    stray = tmp_path / "ippo_ff_mpe.py"
+    stray.write_text("")
+    done = _run("marl_vs_jaxmarl.py", "--jaxmarl-script", str(stray))
+    assert done.returncode == 2
+    assert "expected JaxMARL's baselines/IPPO/ippo_ff_mpe.py" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
