@@ -16,7 +16,7 @@ any of it). Compilation is timed separately; after one warm-up call, each repeat
 the median over repeats is reported.
 
     python benchmarks/rollout_sps.py --env CartPole-v1 --num-envs 1024 --devices 2
-    python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1 --out results/rollout.jsonl
+    python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1
     python benchmarks/rollout_sps.py --num-envs 1..8192 --devices 1,2,4 --png rollout_sps.png
 
 ``--num-envs LO..HI`` is every power of two from LO to HI. Several device counts (``--devices 1,2,4``) run one fresh
