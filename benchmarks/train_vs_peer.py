@@ -133,7 +133,7 @@ def run_rlpar(row: Row, args) -> dict:
     steps_before = [0] + [m["env_steps"] for m in metrics[:-1]]
     train_s = sum(t["time_s"] for t in timing)
     returns = [m.get("episode_return") for m in metrics if m.get("episode_return") is not None]
-    return {"program": "rlpar", "num_devices": row.devices, "device_backend": row.backend or "pmap",
+    return {"program": "rlpar", "num_devices": row.devices, "device_backend": row.backend,  # None: the CLI's default
             "env_steps": metrics[-1]["env_steps"], "train_s": round(train_s, 3),
             "sps": metrics[-1]["env_steps"] / train_s,
             **common.sps_stats(1, [t["time_s"] / (m["env_steps"] - b)  # over chunks: "repeats" = chunks
@@ -148,8 +148,8 @@ def run_peer(row: Row, args) -> dict | None:
     env, total, flags, rejax = CONFIGS[row.case]
     if row.program == "rejax":
         argv = rejax
-    elif row.case.partition("-")[0] == "ppo" and "--torso" not in flags:  # SB3's PPO: the MLP cases only
-        argv = rejax[2:] if rejax[:2] == ["--algo", "ppo"] else []
+    elif env == "CartPole-v1" and rejax[:2] == ["--algo", "ppo"]:  # SB3's PPO: peers.py's gymnasium CartPole
+        argv = rejax[2:]
         argv = _flag(argv, "--total-timesteps", str(min(total, SB3_TIMESTEPS)))
     else:
         argv = []
@@ -197,7 +197,7 @@ def _side(side: tuple) -> str:
     program, devices, backend = side
     if program != "rlpar":
         return program
-    return f"rlpar {devices} dev" + (f" {backend}" if backend and backend != "pmap" else "")
+    return f"rlpar {devices} dev" + (f" {backend}" if backend else "")
 
 
 def summary(rows: list[dict], flops: dict[int, float] | None, peak: float | None) -> list[str]:
@@ -216,7 +216,7 @@ def summary(rows: list[dict], flops: dict[int, float] | None, peak: float | None
         parts = [f"{_side(s)} {statistics.median(v.values()):,.0f}{share(statistics.median(v.values()))}"
                  for s, v in sides.items()]
         text = f"{case}" + (f", {n} envs" if n else "") + ": train SPS " + "; ".join(parts)
-        for peer in (s for s in sides if s[0] != "rlpar"):
+        for peer in (s for s in sides if s[0] != "rlpar" and first is not None):
             text += f"; rlpar / {peer[0]} {common.ratio_text(common.ratio(sides[first], sides[peer]))}"
         for s in rlpar[1:]:
             text += f"; {_side(s)} / {_side(first)} {common.ratio_text(common.ratio(sides[s], sides[first]))}"
@@ -268,7 +268,7 @@ def parse_args(argv=None):
     parser.add_argument("--devices", default="1,2", help="rlpar's device counts (fake CPU devices on a CPU host)")
     parser.add_argument("--backends", default="", help="comma list of rlpar device backends (pmap, shard_map); "
                         "default: the CLI's")
-    parser.add_argument("--peers", default="rejax", help="comma list of rejax, sb3 (PPO's MLP cases); none: rlpar only")
+    parser.add_argument("--peers", default="rejax", help="comma list of rejax, sb3 (PPO on CartPole-v1); none: rlpar only")
     parser.add_argument("--num-envs", default="", help="comma list of sizes replacing the case's num_envs (PPO's "
                         "cases); each run trains --updates updates")
     parser.add_argument("--updates", type=int, default=6, help="with --num-envs: updates per run")
