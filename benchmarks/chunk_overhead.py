@@ -6,6 +6,8 @@
 - ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called as the runner does.
 
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
+
+One JSON line per program (``ms_per_update``, ``sps``); the same as a table on stderr.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--updates", type=int, default=4, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=5)
+    common.add_out_argument(parser, "chunk_overhead")
     args = parser.parse_args(argv)
 
     import jax
@@ -58,7 +61,7 @@ def main(argv=None) -> int:
 
     shared = parallel.replicate(control, prepared.devices)
     compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
-    print(common.host_line(), flush=True)
+    common.say(common.host_line())
     programs = [("bare jit + scan(update)", bare, (one,)), ("jit chunk program", chunk, (one, control)),
                 ("the runner's compiled chunk (pmap, 1 device)", lambda s: compiled(s, shared), (state,))]
     progress = common.Rows(len(programs))
@@ -67,7 +70,11 @@ def main(argv=None) -> int:
         progress.start(f"compiling and timing {name}, {args.repeats} repeats of {k} updates")
         rows.append((name, seconds_per_update(fn, *fn_args)))
     for name, seconds in rows:
-        print(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
+        common.emit(common.record("chunk_overhead", program=name, env=args.env, updates_per_call=k,
+                                  repeats=args.repeats, ms_per_update=round(seconds * 1000, 3),
+                                  sps=config.batch_size / seconds), args.out)
+    for name, seconds in rows:
+        common.say(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
     return 0
 
 

@@ -3,7 +3,7 @@
 Each round runs ``python -m rlpar.train AGENT --env ENV --no-compile-cache --eval-every 0 --total-timesteps N`` in a
 fresh process once per code tree (``--code DIR``, repeatable: the repository by default; another checkout, e.g. a ``git
 worktree`` of an older commit, is put first on ``PYTHONPATH``), then rejax's lowering and compile of the same config
-(``peers.py rejax``, where installed; with ``--case``, one of ``agents_vs_rejax.py``'s configs, rejax gets that config's
+(``peers.py rejax``, where installed; with ``--case``, one of ``train_vs_peer.py``'s configs, rejax gets that config's
 flags, else rejax's PPO defaults, which are PPO's CartPole preset). Reported per run: the CLI's ``compiled in`` figure,
 the process's CPU seconds (user + system, all threads) and its wall time; rejax's ``compile_s`` (lowering + XLA) and the
 CPU seconds of its compile. Rounds alternate; medians and the median of per-round ratios (each tree / rejax, each tree /
@@ -16,35 +16,23 @@ the first) are printed.
 from __future__ import annotations
 
 import argparse
-import os
 import re
-import resource
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import agents_vs_rejax
 import common
-import peers
+import train_vs_peer
 
 
 def run_cli(code: Path, argv: list[str], total_timesteps: int) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(code), "RLPAR_CACHE_DIR": "off"}
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *argv, "--no-compile-cache", "--eval-every", "0",
-                           "--total-timesteps", str(total_timesteps)], cwd=code, env=env, capture_output=True,
-                          text=True, timeout=900)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
-    compiled = re.search(r"compiled in ([0-9.]+)s", proc.stdout)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    run = common.run_fresh([sys.executable, "-m", "rlpar.train", *argv, "--no-compile-cache", "--eval-every", "0",
+                            "--total-timesteps", str(total_timesteps)], cwd=code,
+                           env={"PYTHONPATH": str(code), "RLPAR_CACHE_DIR": "off"}, timeout_s=900)
+    compiled = re.search(r"compiled in ([0-9.]+)s", run.stdout)
     return {"code": str(code), "commit": _commit(code), "compile_s": float(compiled.group(1)),
-            "process_cpu_s": round(cpu, 3), "wall_s": round(wall, 3)}
+            "process_cpu_s": round(run.cpu_s, 3), "wall_s": round(run.wall_s, 3)}
 
 
 def _commit(code: Path) -> str | None:
@@ -60,21 +48,19 @@ def _commit(code: Path) -> str | None:
 
 
 def run_rejax(flags: list[str], total_timesteps: int) -> dict | None:
-    if not peers.installed("rejax"):
-        return None
-    record = peers.run_peer("rejax", [*flags, "--repeats", "1", "--total-timesteps", str(total_timesteps)])
+    record = common.peer_row("rejax", [*flags, "--repeats", "1", "--total-timesteps", str(total_timesteps)])
     return None if record is None else {"code": "rejax", "compile_s": record["compile_s"],
                                         "compile_cpu_s": record.get("compile_cpu_s")}
 
 
 def configs(case: str | None, cli: list[str]) -> tuple[list[str], list[str] | None]:
-    """``(rlpar's argv, rejax's flags or None)``: a case of ``agents_vs_rejax.CONFIGS`` (its total steps left out:
+    """``(rlpar's argv, rejax's flags or None)``: a case of ``train_vs_peer.CONFIGS`` (its total steps left out:
     the run is short), else ``cli`` beside rejax's PPO defaults when ``cli`` is PPO's CartPole preset."""
     if case is None:
         return cli, ([] if cli == ["ppo", "--env", "CartPole-v1"] else None)
-    if case not in agents_vs_rejax.CONFIGS:
-        raise SystemExit(f"error: --case {case!r}: one of {', '.join(agents_vs_rejax.CONFIGS)}")
-    env, _, flags, rejax = agents_vs_rejax.CONFIGS[case]
+    if case not in train_vs_peer.CONFIGS:
+        raise SystemExit(f"error: --case {case!r}: one of {', '.join(train_vs_peer.CONFIGS)}")
+    env, _, flags, rejax = train_vs_peer.CONFIGS[case]
     cut = rejax.index("--total-timesteps") if "--total-timesteps" in rejax else len(rejax)
     return [case.partition("-")[0], "--env", env, *flags], (rejax[:cut] + rejax[cut + 2:]) or None
 
@@ -84,9 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--code", action="append", type=Path, help="a checkout of rlpar (default: this repository)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=10240, help="a short run: the compile is measured")
-    parser.add_argument("--out", help="append the records as JSON lines")
+    common.add_out_argument(parser, "cli_compile")
     parser.add_argument("--no-rejax", action="store_true", help="rlpar's trees only")
-    parser.add_argument("--case", help="one of agents_vs_rejax.py's configs (rlpar's flags and rejax's same config)")
+    parser.add_argument("--case", help="one of train_vs_peer.py's configs (rlpar's flags and rejax's same config)")
     parser.add_argument("cli", nargs="*", help="after --: the agent and its flags, e.g. ppo --env CartPole-v1")
     args = parser.parse_args(argv)
     if bool(args.case) == bool(args.cli):
@@ -103,20 +89,20 @@ def main(argv: list[str] | None = None) -> int:
         rejax = None if args.no_rejax or rejax_flags is None else run_rejax(rejax_flags, args.total_timesteps)
         row += [rejax] if rejax else []
         for record in row:
-            common.emit({**record, "round": round_index, "cli": cli, **common.host_fields()}, args.out)
+            common.emit(common.record("cli_compile", **record, round=round_index, cli=cli), args.out)
         rows.append(row)
     for i, code in enumerate(codes):
         compile_s = [row[i]["compile_s"] for row in rows]
         cpu = [row[i]["process_cpu_s"] for row in rows]
         line = (f"{code}: compiled in {statistics.median(compile_s):.2f} s ({min(compile_s):.2f}-{max(compile_s):.2f}),"
                 f" process CPU {statistics.median(cpu):.1f} s")
+        per_round = {k: row[i]["compile_s"] for k, row in enumerate(rows)}
         if i:
-            ratios = [row[i]["compile_s"] / row[0]["compile_s"] for row in rows]
-            line += f"; / first {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
-        with_rejax = [row for row in rows if len(row) > len(codes)]  # rounds where rejax ran
-        if with_rejax:
-            ratios = [row[i]["compile_s"] / row[-1]["compile_s"] for row in with_rejax]
-            line += f"; / rejax {statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})"
+            first = {k: row[0]["compile_s"] for k, row in enumerate(rows)}
+            line += f"; / first {common.ratio_text(common.ratio(per_round, first))}"
+        rejax_rounds = {k: row[-1]["compile_s"] for k, row in enumerate(rows) if len(row) > len(codes)}
+        if rejax_rounds:
+            line += f"; / rejax {common.ratio_text(common.ratio(per_round, rejax_rounds))}"
         common.say(line)
     rejax = [row[-1]["compile_s"] for row in rows if len(row) > len(codes)]
     if rejax:

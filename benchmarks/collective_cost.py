@@ -5,6 +5,8 @@ or not at all; plus one isolated all-reduce of a single float.
 Each figure is the median over ``--repeats`` calls of a compiled ``scan`` of ``--steps`` steps, divided by the steps.
 
     python benchmarks/collective_cost.py --devices 2
+
+One JSON line per figure (``us_per_step``); each also said on stderr.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ def main(argv=None) -> int:
     parser.add_argument("--minibatch", type=int, default=256, help="transitions per step, over all devices")
     parser.add_argument("--steps", type=int, default=160)
     parser.add_argument("--repeats", type=int, default=7)
+    common.add_out_argument(parser, "collective_cost")
     args = parser.parse_args(argv)
 
     from rlpar import parallel
@@ -62,8 +65,15 @@ def main(argv=None) -> int:
         "none (arithmetic only)": lambda t: t,
     }
     rows = lambda tree: jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)  # noqa: E731
-    print(common.host_line(), flush=True)
-    print(f"{len(devices)} {devices[0].platform} devices, minibatch {args.minibatch}, PPO 64x64 actor-critic")
+    common.say(common.host_line())
+    common.say(f"{len(devices)} {devices[0].platform} devices, minibatch {args.minibatch}, PPO 64x64 actor-critic")
+
+    def report(what: str, us: float) -> None:
+        common.emit(common.record("collective_cost", what=what, us_per_step=round(us, 2), steps=args.steps,
+                                  repeats=args.repeats, minibatch=args.minibatch, **common.platform_fields(devices)),
+                    args.out)
+        common.say(f"  {what}: {us:7.1f} us")
+
     progress = common.Rows(len(reductions) + 1)
     for name, reduce in reductions.items():
         progress.start(f"compiling and timing {args.steps} gradient steps, reduced {name}")
@@ -78,7 +88,7 @@ def main(argv=None) -> int:
 
         mapped = jax.pmap(steps, axis_name=axis, devices=devices)
         us = per_step_us(mapped, (rows(params),), args.steps, args.repeats)
-        print(f"  gradient step, reduced {name}: {us:7.1f} us")
+        report(f"gradient step, reduced {name}", us)
 
     def all_reduces(x):
         return jax.lax.scan(lambda c, _: (jax.lax.psum(c, axis) * 0.5, None), x, None, length=args.steps)[0]
@@ -86,7 +96,7 @@ def main(argv=None) -> int:
     progress.start(f"compiling and timing {args.steps} all-reduces of one float")
     one = jax.pmap(all_reduces, axis_name=axis, devices=devices)
     us = per_step_us(one, (np.ones((len(devices), 1), np.float32),), args.steps, args.repeats)
-    print(f"  one all-reduce of one float: {us:7.1f} us")
+    report("one all-reduce of one float", us)
     return 0
 
 

@@ -1,4 +1,19 @@
-"""Helpers shared by the benchmark scripts: timing statistics, the fields every result line carries, output."""
+"""The benchmark harness: what every timing script does the same way, here once.
+
+- **Where results go**: ``default_out(topic)`` is ``benchmarks/results/<today, UTC>/<topic>.jsonl``;
+  ``add_out_argument`` makes it a script's ``--out``; ``emit`` prints a record as one JSON line and appends it there.
+- **What every record carries**: ``record(benchmark, **fields)`` adds the host (``host_fields``: CPU model and vector
+  extensions, CPU count, 1-minute load, Python, UTC time) and the command that made it; ``platform_fields(devices)``
+  adds JAX's view (version, backend, device kind, count and memory) for a record made inside the measuring process.
+- **A row in a fresh process**: ``run_fresh(argv)`` runs a command (a script's worker, ``python -m rlpar.train``),
+  returns the JSON lines it printed, its wall time and CPU seconds, and raises with the end of its stderr if it fails.
+- **Rounds**: ``interleave(rounds, sides)`` yields ``(round, side)`` with every side once per round (optionally in an
+  order rotating by round) and says on stderr which row has started, so load from elsewhere on the host falls on
+  both sides of a ratio alike; ``ratio(a, b)`` is the median of per-round ratios with their range.
+- **The peer beside it**: ``peer_row(peer, argv)`` runs rejax or Stable-Baselines3 in its own environment
+  (``peers.py``) and returns its record with the command that reproduces it, or None where it is not installed.
+- **Statistics**: ``spread(values)`` (median, quartiles, extremes), ``sps_stats`` (the same for steps per second).
+"""
 
 from __future__ import annotations
 
@@ -6,31 +21,129 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Iterator, NamedTuple, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as `python benchmarks/x.py` from anywhere: rlpar, agents, envs importable
     sys.path.insert(0, str(ROOT))
 
 
+RESULTS = ROOT / "benchmarks" / "results"
+
+
+def today() -> str:
+    """The UTC date, ``YYYY-MM-DD``: the folder of ``benchmarks/results`` a run writes into."""
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def default_out(topic: str, suffix: str = ".jsonl") -> str:
+    """``benchmarks/results/<today>/<topic>.jsonl``, the one place results go (relative to the repository root)."""
+    return str((RESULTS / today() / f"{topic}{suffix}").relative_to(ROOT))
+
+
+def add_out_argument(parser, topic: str) -> None:
+    """``--out``: the .jsonl file the records are appended to, by default ``default_out(topic)``."""
+    parser.add_argument("--out", default=default_out(topic),
+                        help=f"append the JSON lines to this file (default: benchmarks/results/<today>/{topic}.jsonl)")
+
+
+def spread(values: Sequence[float]) -> dict:
+    """``{"median", "q1", "q3", "min", "max", "n"}`` of ``values`` (quartiles inclusive; one value is all six)."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("spread of no values")
+    if len(ordered) >= 2:
+        q1, _, q3 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        q1 = q3 = ordered[0]
+    return {"median": statistics.median(ordered), "q1": q1, "q3": q3, "min": ordered[0], "max": ordered[-1],
+            "n": len(ordered)}
+
+
 def sps_stats(steps_per_repeat: int, times: list[float]) -> dict:
     """Median, quartiles and extremes of steps per second over repeats of ``steps_per_repeat`` steps each."""
-    sps = sorted(steps_per_repeat / t for t in times)
-    if len(sps) >= 2:
-        q1, _, q3 = statistics.quantiles(sps, n=4, method="inclusive")
-    else:
-        q1 = q3 = sps[0]
-    return {
-        "sps_median": statistics.median(sps),
-        "sps_q1": q1,
-        "sps_q3": q3,
-        "sps_min": sps[0],
-        "sps_max": sps[-1],
-        "repeats": len(sps),
-    }
+    s = spread([steps_per_repeat / t for t in times])
+    return {"sps_median": s["median"], "sps_q1": s["q1"], "sps_q3": s["q3"], "sps_min": s["min"],
+            "sps_max": s["max"], "repeats": s["n"]}
+
+
+def ratio(a: dict, b: dict) -> dict | None:
+    """``a`` over ``b`` measured in the same rounds (each ``{round: value}``): the median of the per-round ratios,
+    their extremes and how many rounds had both; None if none had."""
+    values = [a[k] / b[k] for k in sorted(a) if k in b and b[k]]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "rounds": len(values)}
+
+
+def ratio_text(r: dict | None) -> str:
+    """``ratio``'s result as ``1.09x (1.07-1.14, 3 rounds)``; ``n/a`` for None."""
+    if r is None:
+        return "n/a"
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}, {r['rounds']} round{'s' * (r['rounds'] != 1)})"
+
+
+def interleave(rounds: int, sides: Sequence, rotate: bool = False, describe=str) -> Iterator[tuple[int, object]]:
+    """``(round, side)`` for every side once per round, in the given order or (``rotate``) starting one later each
+    round; says on stderr which row has started (``row 3/9: round 1/3, rejax (52s so far)``)."""
+    sides = list(sides)
+    progress = Rows(rounds * len(sides))
+    for r in range(rounds):
+        shift = r % len(sides) if rotate and sides else 0
+        for side in sides[shift:] + sides[:shift]:
+            progress.start(f"round {r + 1}/{rounds}, {describe(side)}")
+            yield r, side
+
+
+class FreshRun(NamedTuple):
+    """What ``run_fresh`` saw of one process."""
+
+    records: list  # the JSON objects it printed on stdout, one a line, in order
+    stdout: str
+    stderr: str
+    wall_s: float  # from start to exit, as a user waits for it
+    cpu_s: float  # the process's CPU seconds, user + system, all threads
+
+
+def run_fresh(argv: Sequence[str], env: dict | None = None, cwd: str | Path = ROOT, timeout_s: float | None = None,
+              check: bool = True) -> FreshRun:
+    """Run ``argv`` in a fresh process (nothing compiled, no devices opened, ``--devices`` still free to choose);
+    ``env`` is added to this process's environment. A failure (non-zero exit, with ``check``) raises with the end of
+    its stderr."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    proc = subprocess.run([str(a) for a in argv], cwd=cwd, env={**os.environ, **(env or {})}, capture_output=True,
+                          text=True, timeout=timeout_s)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if check and proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, argv))} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return FreshRun(records, proc.stdout, proc.stderr, wall, cpu)
+
+
+def peer_row(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
+    """``peers.py PEER ARGV`` in the peer's own environment: its record, with ``program`` and the ``command`` that
+    reproduces it; None where the peer is not installed (``python benchmarks/peers.py install``)."""
+    import peers
+
+    record = peers.run_peer(peer, argv, timeout_s=timeout_s)
+    if record is None:
+        return None
+    return {"program": peer, **record, "command": " ".join(["python benchmarks/peers.py", peer, *argv])}
+
+
+def record(benchmark: str, **fields) -> dict:
+    """A result line: ``benchmark``, ``fields``, the host (``host_fields``) and the command (``fields`` may give its
+    own ``command``, e.g. a peer's)."""
+    return {"benchmark": benchmark, **fields, **host_fields(), "command": fields.get("command") or command_line()}
 
 
 def platform_fields(devices) -> dict:

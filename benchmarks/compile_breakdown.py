@@ -25,8 +25,7 @@ import statistics
 import sys
 import time
 
-import common  # noqa: F401 - puts the repository root on sys.path
-import peers
+import common  # also puts the repository root on sys.path
 
 os.environ.setdefault("RLPAR_CACHE_DIR", "off")
 
@@ -84,7 +83,7 @@ def _measure(name: str, fn, args) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--out", default=None, help="append JSON lines here")
+    common.add_out_argument(parser, "compile_breakdown")
     args = parser.parse_args()
     rows = []
     import jax
@@ -98,18 +97,17 @@ def main() -> int:
             for name, (fn, fn_args) in parts.items():
                 progress.start(f"repeat {repeat + 1}/{args.repeats}, compiling {name} "
                                f"({'fast' if fast else 'plain'} layers)")
-                row = {"benchmark": "compile_breakdown", "engine": "rlpar", "fast_paths": fast, "repeat": repeat,
-                       **measure(name, fn, fn_args, fast), **common.host_fields()}
+                row = common.record("compile_breakdown", engine="rlpar", fast_paths=fast, repeat=repeat,
+                                    **measure(name, fn, fn_args, fast))
                 rows.append(row)
                 common.emit(row, args.out)
         progress.start(f"repeat {repeat + 1}/{args.repeats}, compiling rejax's train")
-        record = peers.run_peer("rejax", ["--repeats", "1", "--total-timesteps", "10240"])
-        if record is not None:
-            row = {"benchmark": "compile_breakdown", "engine": "rejax", "part": "train", "repeat": repeat,
-                   "lower_s": record.get("lower_s"), "compile_s": record["compile_s"] - record.get("lower_s", 0.0),
-                   "cpu_s": record.get("compile_cpu_s"),
-                   "stablehlo_lines": record.get("stablehlo_lines"), "hlo_lines": record.get("hlo_lines"),
-                   **common.host_fields()}
+        peer = common.peer_row("rejax", ["--repeats", "1", "--total-timesteps", "10240"])
+        if peer is not None:
+            row = common.record("compile_breakdown", engine="rejax", part="train", repeat=repeat,
+                                lower_s=peer.get("lower_s"), compile_s=peer["compile_s"] - peer.get("lower_s", 0.0),
+                                cpu_s=peer.get("compile_cpu_s"), stablehlo_lines=peer.get("stablehlo_lines"),
+                                hlo_lines=peer.get("hlo_lines"), command=peer["command"])
             rows.append(row)
             common.emit(row, args.out)
     groups: dict[tuple, list[dict]] = {}

@@ -19,41 +19,33 @@ import argparse
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import common
-import peers
 
 
 def run_once(cache: Path, extra: list[str]) -> dict:
     """The README's command as it is (no run dir), with ``--compile-cache``; the start-up time from its done line."""
     argv = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache), *extra]
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True, timeout=900)
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(proc.stderr[-2000:])
+    run = common.run_fresh(argv, timeout_s=900)
     compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache(: the saved program)?\))?",
-                         proc.stdout)
-    startup = re.search(r"([0-9.]+)s from process start to the first update", proc.stdout)
+                         run.stdout)
+    startup = re.search(r"([0-9.]+)s from process start to the first update", run.stdout)
     return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
-            "saved_program": bool(compiled.group(3)), "startup_s": float(startup.group(1)), "wall_s": wall}
+            "saved_program": bool(compiled.group(3)), "startup_s": float(startup.group(1)), "wall_s": run.wall_s}
 
 
 def run_rejax() -> dict | None:
     """rejax's whole training command on the same config: the CartPole preset's steps (peers.py's other defaults are
     PPOConfig's; rejax's learning rate is constant, as the preset's)."""
-    if not peers.installed("rejax"):
-        return None
     from agents.ppo import PPOConfig
 
     steps = PPOConfig.for_env("CartPole-v1").total_timesteps
     start = time.perf_counter()
-    record = peers.run_peer("rejax", ["--repeats", "1", "--total-timesteps", str(steps)])
+    record = common.peer_row("rejax", ["--repeats", "1", "--total-timesteps", str(steps)])
     wall = time.perf_counter() - start
     return None if record is None else {"compile_s": record["compile_s"], "wall_s": wall}
 
@@ -61,7 +53,7 @@ def run_rejax() -> dict | None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--out", default=None, help="append JSON lines here")
+    common.add_out_argument(parser, "compile_cache")
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
     rows = []
@@ -73,15 +65,13 @@ def main() -> int:
                 progress.start(f"round {r + 1}/{args.rounds}, the README command, {kind}")
                 if kind == "jax-cache-only":  # the program cache emptied: how a warm run went before it existed
                     shutil.rmtree(cache / "programs", ignore_errors=True)
-                row = {"benchmark": "compile_cache", "round": r, "run": kind,
-                       **run_once(cache, args.extra), **common.host_fields(),
-                       "command": common.command_line()}
+                row = common.record("compile_cache", round=r, run=kind, **run_once(cache, args.extra))
                 rows.append(row)
                 common.emit(row, args.out)
             progress.start(f"round {r + 1}/{args.rounds}, rejax's script")
             peer = run_rejax()
             if peer is not None:
-                row = {"benchmark": "compile_cache", "round": r, "run": "rejax", **peer, **common.host_fields()}
+                row = common.record("compile_cache", round=r, run="rejax", **peer)
                 rows.append(row)
                 common.emit(row, args.out)
     for key in ("compile_s", "startup_s", "wall_s"):

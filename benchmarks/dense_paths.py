@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=5, help="updates per compiled call")
     parser.add_argument("--rounds", type=int, default=7, help="turns of the two paths")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")
-    parser.add_argument("--out", default=None, help="append the JSON line here")
+    common.add_out_argument(parser, "dense_paths")
     args = parser.parse_args(argv)
     for name in ("updates", "rounds", "repeats"):
         if getattr(args, name) < 1:

@@ -9,7 +9,7 @@ hold it; each part's JSON lines go to a file of its own under ``--out``:
 - ``ppo_cartpole.jsonl`` and ``ppo_breakout.jsonl``: ``train_sps.py`` (rlpar's PPO, the env's preset) at 1, 4096
   and 65536 envs x 128 steps, all of rlpar's rows in one process (``--then``), then rejax's PPO on the same configs
   (``peers.py``; Breakout-MinAtar's preset, an MLP of 2 x 256, matched field by field as in
-  ``agents_vs_rejax.py``), its rows in one process too;
+  ``train_vs_peer.py``), its rows in one process too;
 - ``accelerator.json``: what the first process saw (JAX's device, its kind, count and memory, the backend every
   later process is then pinned to), libtpu's version or ``nvidia-smi``'s line, where JAX came from, the host CPU;
 - ``summary.md``: the accelerator, the tables and every row not measured with its reason, also printed at the end.
@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import common
 import peers
-from agents_vs_rejax import CONFIGS as REJAX_CONFIGS
+from train_vs_peer import CONFIGS as REJAX_CONFIGS
 from common import host_fields, read_jsonl, say
 
 HERE = Path(__file__).resolve().parent

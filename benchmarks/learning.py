@@ -17,7 +17,7 @@ References (PPO, one seed, final evaluation) are gymnax-blines' (github.com/Robe
 PureJaxRL's (github.com/luchris429/purejaxrl); the gymnax MinAtar settings apply (minimal action set, no sticky
 actions, 1000-step episode limit).
 
-    python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --out benchmarks/results/learning.jsonl
+    python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3
     python benchmarks/learning.py --envs CartPole-v1 Acrobot-v1 --seeds 3 --peer rejax
     python benchmarks/learning.py --envs Breakout-MinAtar --seeds 1     # 1e7 steps: about half an hour per seed here
     python benchmarks/learning.py --agent ippo --envs marl-MPE_simple_spread_v3 --seeds 3 --budget-scale 0.1
@@ -30,7 +30,6 @@ import argparse
 import json
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -65,13 +64,9 @@ def train(agent: str, env: str, budget: int | None, seeds: int, run_dir: Path, e
     steps = [] if budget is None else ["--total-timesteps", str(budget)]
     argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, *steps,
             "--num-seeds", str(seeds), "--run-dir", str(run_dir), *extra]
-    start = time.perf_counter()
-    proc = subprocess.run(argv, cwd=common.ROOT, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if proc.returncode:
-        raise RuntimeError(f"{' '.join(argv)} failed:\n{proc.stderr[-3000:]}")
-    return {"wall_s": wall, "done_line": next((line for line in proc.stdout.splitlines()[::-1]
-                                               if line.startswith("done:")), "")}
+    run = common.run_fresh(argv)
+    return {"wall_s": run.wall_s, "done_line": next((line for line in run.stdout.splitlines()[::-1]
+                                                     if line.startswith("done:")), "")}
 
 
 def _slot_values(record: dict, key: str, seeds: int) -> list:
@@ -151,7 +146,6 @@ def rejax_row(args, env: str, budget: int, target: float) -> dict | None:
     element-wise; rlpar's preset flags that have no rejax equivalent are reported, not matched)."""
     import dataclasses
 
-    import peers
     from agents.ppo import PPOConfig
 
     c = PPOConfig.for_env(env)
@@ -165,7 +159,7 @@ def rejax_row(args, env: str, budget: int, target: float) -> dict | None:
             "--hidden-sizes", ",".join(map(str, c.hidden_sizes)), "--seeds", str(args.seeds),
             "--eval-freq", str(-(-budget // batch // evals) * batch), "--eval-episodes", "64", "--target", str(target)]
     start = time.perf_counter()
-    record = peers.run_peer("rejax", argv, timeout_s=3600)
+    record = common.peer_row("rejax", argv, timeout_s=3600)
     if record is None:
         return None
     differs = {k: v for k, v in dataclasses.asdict(c).items() if k in ("anneal_lr", "clip_value", "normalize_obs")}
@@ -175,7 +169,7 @@ def rejax_row(args, env: str, budget: int, target: float) -> dict | None:
             "final_eval_returns": returns, "train_s": record["train_s"], "compile_s": record["compile_s"],
             "wall_s": time.perf_counter() - start, "time_to_target_s": record["time_to_target_s"],
             "rlpar_preset_fields_not_matched": differs, "peer_version": record["peer_version"],
-            "peer_command": "python benchmarks/peers.py rejax " + " ".join(argv)}
+            "peer_command": record["command"]}
 
 
 def main() -> int:
@@ -188,7 +182,7 @@ def main() -> int:
     parser.add_argument("--budget-scale", type=float, default=1.0, help="fraction of the published budget to run")
     parser.add_argument("--preset-budget", action="store_true",
                         help="train for the agent's preset budget (its total_timesteps) instead of the published one")
-    parser.add_argument("--out", default=None, help="append JSON lines here")
+    common.add_out_argument(parser, "learning")
     parser.add_argument("--keep", default=None, help="keep each run directory as KEEP/ENV (default: a temporary one)")
     parser.add_argument("--peer", choices=["rejax"], default=None,
                         help="also train rejax's PPO on the same preset and seeds, and rlpar with --no-anneal-lr "
@@ -216,9 +210,9 @@ def main() -> int:
             progress.start(f"{env}, rejax, {args.seeds} seed(s)")
             rows.append(rejax_row(args, env, budget, target))
         for row in filter(None, rows):
-            row = {"benchmark": "learning", "env": env, "budget": budget, "seeds": args.seeds,
-                   "episodes": args.episodes, "reference": reference, "reference_source": source, "target": target,
-                   **row, **common.host_fields(), "command": common.command_line()}
+            row = common.record("learning", **{"env": env, "budget": budget, "seeds": args.seeds,
+                                               "episodes": args.episodes, "reference": reference,
+                                               "reference_source": source, "target": target, **row})
             if env.startswith("marl-"):
                 row["random_team_return"] = random_team_return(env, 256)
             common.emit(row, args.out)

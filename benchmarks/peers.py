@@ -23,7 +23,7 @@ A peer can also run from an interpreter and a package folder of your choosing in
 the venvs, where the peer's packages were installed with ``pip install --target DIR``)::
 
     python benchmarks/peers.py rejax --python python3 --site DIR --platforms cuda
-    REJAX_PYTHON=python3 REJAX_SITE=DIR python benchmarks/run_all.py ...     # the same for every script
+    REJAX_PYTHON=python3 REJAX_SITE=DIR python benchmarks/train_vs_peer.py ...   # the same for every script
 
 ``--site`` (``<PEER>_SITE``) is the peer's whole ``PYTHONPATH``. The peer runs on JAX's CPU backend unless
 ``--platforms`` (``<PEER>_JAX_PLATFORMS``) names another, as ``JAX_PLATFORMS`` does.

@@ -13,8 +13,7 @@ at the last round, chosen before the final evaluation; for the search the member
 chosen on the number it reports, which favours the search), the median and maximum over members, compile and
 training seconds. The last line gives the median over seeds of each arm.
 
-    python benchmarks/population.py --envs Acrobot-v1 --seeds 3 --budget 100000 \
-        --out benchmarks/results/2026-12-04/population.jsonl
+    python benchmarks/population.py --envs Acrobot-v1 --seeds 3 --budget 100000
 """
 
 from __future__ import annotations
@@ -23,12 +22,8 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from common import command_line, emit, host_fields  # noqa: E402
+import common  # also puts the repository root on sys.path
 
 SEARCH = "lr=log:1e-4..1e-2 ent_coef=0..0.05 gae_lambda=0.8..1"
 
@@ -47,14 +42,12 @@ def run_arm(arm: str, env: str, seed: int, args) -> dict:
     last = result.metrics[-1]
     members = [s["eval/episode_return"] for s in last["slots"]] if "slots" in last else [last["eval/episode_return"]]
     best = population.best_member(result.metrics) if "slots" in last else 0
-    return {
-        "benchmark": "population", "env": env, "arm": arm, "seed": seed, "budget_per_member": args.budget,
-        "members": len(members), "best_member": best, "best_eval_return": members[best],
-        "median_eval_return": statistics.median(members), "max_eval_return": max(members),
-        "best_values": last["slots"][best].get("hparams") if "slots" in last else None,
-        "compile_s": round(result.compile_s, 1), "train_s": round(wall - result.compile_s, 1),
-        "eval_episodes": args.eval_episodes, **host_fields(), "command": command_line(),
-    }
+    return common.record(
+        "population", env=env, arm=arm, seed=seed, budget_per_member=args.budget, members=len(members),
+        best_member=best, best_eval_return=members[best], median_eval_return=statistics.median(members),
+        max_eval_return=max(members), best_values=last["slots"][best].get("hparams") if "slots" in last else None,
+        compile_s=round(result.compile_s, 1), train_s=round(wall - result.compile_s, 1),
+        eval_episodes=args.eval_episodes)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,16 +59,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--search", default=SEARCH)
     parser.add_argument("--eval-episodes", type=int, default=64)
     parser.add_argument("--log-every", type=int, default=10)
-    parser.add_argument("--out", default="")
+    common.add_out_argument(parser, "population")
     args = parser.parse_args(argv)
     for env in args.envs:
         rows = [run_arm(arm, env, seed, args) for seed in range(args.seeds) for arm in ("preset", "search", "pbt")]
         for row in rows:
-            emit(row, args.out)
+            common.emit(row, args.out)
         summary = {arm: statistics.median(r["best_eval_return"] for r in rows if r["arm"] == arm)
                    for arm in ("preset", "search", "pbt")}
-        emit({"benchmark": "population", "env": env, "summary": "median over seeds of the best member's final "
-              "greedy return", **summary, "seeds": args.seeds, "budget_per_member": args.budget}, args.out)
+        common.emit({"benchmark": "population", "env": env, "summary": "median over seeds of the best member's final "
+                     "greedy return", **summary, "seeds": args.seeds, "budget_per_member": args.budget}, args.out)
     return 0
 
 

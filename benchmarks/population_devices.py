@@ -8,22 +8,17 @@ on 2 devices as 2x1, in an order that rotates by round. Steps per second counts 
 the chunks after the first (compiled and warm). Reported per row: the median over rounds and each round's figure;
 the summary line per agent gives the medians of the per-round ratios 2x1 / 1, 1x2 / 1 and 2x1 / 1x2.
 
-    python benchmarks/population_devices.py --rounds 3 --out benchmarks/results/2026-12-04/population_devices.jsonl
+    python benchmarks/population_devices.py --rounds 3
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import command_line, emit, host_fields, say  # noqa: E402
+import common  # also puts the repository root on sys.path
 
 LAYOUTS = {"1 device": (1, 1), "1x2": (2, 1), "2x1": (2, 2)}  # name -> (devices, population devices)
 # agent -> (config changes from its preset, search, env steps per member)
@@ -56,13 +51,9 @@ def worker(agent: str, devices: int, groups: int, members: int, budget: int, log
 def measure(agent: str, layout: str, args) -> dict:
     devices, groups = LAYOUTS[layout]
     budget = args.budget or CASES[agent][2]
-    command = [sys.executable, __file__, "--worker", agent, str(devices), str(groups), str(args.members), str(budget),
-               str(args.log_every)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    out = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-    if out.returncode:
-        raise RuntimeError(f"{agent} {layout}: exit {out.returncode}\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    run = common.run_fresh([sys.executable, __file__, "--worker", agent, str(devices), str(groups), str(args.members),
+                            str(budget), str(args.log_every)], env={"PYTHONUNBUFFERED": "1"})
+    return run.records[-1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--budget", type=int, default=0, help="env steps per member (0: each agent's default)")
     parser.add_argument("--log-every", type=int, default=5, help="updates per chunk (the first chunk is not timed)")
-    parser.add_argument("--out", default="", help="append the result lines to this .jsonl file")
+    common.add_out_argument(parser, "population_devices")
     parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -81,28 +72,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = list(LAYOUTS)
     for agent in args.agents.split(","):
-        per_round = {name: [] for name in names}
-        for r in range(args.rounds):
-            order = names[r % len(names):] + names[:r % len(names)]
-            for name in order:
-                say(f"{agent} round {r + 1}/{args.rounds}: {name}")
-                per_round[name].append(measure(agent, name, args))
+        per_round = {name: {} for name in names}  # layout -> {round: measurement}
+        for r, name in common.interleave(args.rounds, names, rotate=True, describe=lambda n: f"{agent}, {n}"):
+            per_round[name][r] = measure(agent, name, args)
         for name in names:
-            sps = [m["sps"] for m in per_round[name]]
-            emit({"benchmark": "population_devices", "agent": agent, "layout": name, "members": args.members,
-                  "devices": LAYOUTS[name][0], "population_devices": LAYOUTS[name][1],
-                  "sps_median": round(statistics.median(sps)), "sps_rounds": [round(s) for s in sps],
-                  "compile_s": [round(m["compile_s"], 1) for m in per_round[name]], **host_fields(),
-                  "command": command_line()}, args.out)
+            sps = [m["sps"] for m in per_round[name].values()]
+            common.emit(common.record(
+                "population_devices", agent=agent, layout=name, members=args.members, devices=LAYOUTS[name][0],
+                population_devices=LAYOUTS[name][1], sps_median=round(statistics.median(sps)),
+                sps_rounds=[round(s) for s in sps],
+                compile_s=[round(m["compile_s"], 1) for m in per_round[name].values()]), args.out)
 
         def ratios(a, b):
-            return [x["sps"] / y["sps"] for x, y in zip(per_round[a], per_round[b])]
+            return [per_round[a][k]["sps"] / per_round[b][k]["sps"] for k in sorted(per_round[a])]
 
         summary = {"2x1 / 1 device": ratios("2x1", "1 device"), "1x2 / 1 device": ratios("1x2", "1 device"),
                    "2x1 / 1x2": ratios("2x1", "1x2")}
-        emit({"benchmark": "population_devices", "agent": agent, "summary": "medians of per-round SPS ratios",
-              **{k: round(statistics.median(v), 2) for k, v in summary.items()},
-              "rounds": {k: [round(x, 2) for x in v] for k, v in summary.items()}, **host_fields()}, args.out)
+        common.emit(common.record(
+            "population_devices", agent=agent, summary="medians of per-round SPS ratios",
+            **{k: round(statistics.median(v), 2) for k, v in summary.items()},
+            rounds={k: [round(x, 2) for x in v] for k, v in summary.items()}), args.out)
     return 0
 
 

@@ -2,15 +2,14 @@
 
     python benchmarks/random_baseline.py --env Breakout-MinAtar --episodes 256
 
-Prints one JSON line: env, episodes, mean and std of the return, mean length, the host (``common.host_fields``).
+One JSON line: env, episodes, mean and std of the return, mean length, the host (``common.record``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 
-import common  # noqa: F401  (puts the repository root on sys.path)
+import common  # also puts the repository root on sys.path
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -47,12 +46,12 @@ def main() -> None:
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    common.add_out_argument(parser, "random_baseline")
     args = parser.parse_args()
     ret, length, unfinished = random_returns(args.env, args.episodes, args.seed)
-    print(json.dumps({"env": args.env, "episodes": args.episodes, "policy": "uniform random",
-                      "return_mean": float(ret.mean()), "return_std": float(ret.std()),
-                      "length_mean": float(length.mean()), "unfinished": int(unfinished.sum()),
-                      **common.host_fields()}))
+    common.emit(common.record("random_baseline", env=args.env, episodes=args.episodes, policy="uniform random",
+                              return_mean=float(ret.mean()), return_std=float(ret.std()),
+                              length_mean=float(length.mean()), unfinished=int(unfinished.sum())), args.out)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,12 @@ any of it). Compilation is timed separately; after one warm-up call, each repeat
 the median over repeats is reported.
 
     python benchmarks/rollout_sps.py --env CartPole-v1 --num-envs 1024 --devices 2
-    python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1 --out results/rollout.jsonl
+    python benchmarks/rollout_sps.py --num-envs 1,8,64,512,4096 --devices 1
+    python benchmarks/rollout_sps.py --num-envs 1..8192 --devices 1,2,4 --png rollout_sps.png
+
+``--num-envs LO..HI`` is every power of two from LO to HI. Several device counts (``--devices 1,2,4``) run one fresh
+process each (on a CPU-only host the number of CPU devices is fixed when JAX starts its backend), each over the
+sizes it splits evenly; ``--png`` plots SPS against num_envs, one line per device count and program.
 
 ``--deadline`` (Unix time) leaves the sizes not started by then unmeasured, and a size that fails does not stop the
 next; either way a ``{"not_measured": reason, ...}`` line on stdout says so.
@@ -28,9 +33,12 @@ Each measurement is one JSON line (``program`` = ``engine`` or ``bare``); the en
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import common  # also puts the repository root on sys.path
@@ -246,9 +254,11 @@ def measure(args, num_envs: int, devices) -> list[dict]:
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="CartPole-v1", help="gymnax environment id")
-    parser.add_argument("--num-envs", default="1024", help="total environments; a comma list measures each")
+    parser.add_argument("--num-envs", default="1024",
+                        help="total environments; a comma list measures each, LO..HI every power of two between")
     parser.add_argument("--num-steps", type=int, default=128, help="steps per collect (rollout length T)")
-    parser.add_argument("--devices", type=int, default=1, help="devices; on a CPU-only host this many CPU devices")
+    parser.add_argument("--devices", default="1",
+                        help="devices (on a CPU-only host this many CPU devices); a comma list: a process each")
     parser.add_argument("--hidden-sizes", default="64,64", help="actor and critic MLP widths")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats; the median is reported")
     parser.add_argument("--min-repeat-s", type=float, default=0.2, help="each repeat runs calls for at least this")
@@ -257,26 +267,114 @@ def parse_args(argv=None):
     parser.add_argument("--calls", type=int, default=0,
                         help="collects per compiled call (0: from --min-steps-per-call)")
     parser.add_argument("--no-bare", action="store_true", help="time only the engine")
-    parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    common.add_out_argument(parser, "rollout")
+    parser.add_argument("--png", default=None, help="plot the records of --out (this run's) against num_envs here")
     parser.add_argument("--deadline", type=float, default=None,
                         help="Unix time after which no further --num-envs is started (a not_measured line each)")
     args = parser.parse_args(argv)
-    args.num_envs = [int(n) for n in args.num_envs.split(",")]
+    args.num_envs = parse_sizes(args.num_envs)
+    args.devices = [int(d) for d in args.devices.split(",")]
     args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
     return args
 
 
+def parse_sizes(text: str) -> list[int]:
+    """``"1,8,64"`` as ``[1, 8, 64]``; ``"LO..HI"`` as every power of two from LO to HI (``1..8`` is 1, 2, 4, 8)."""
+    if ".." not in text:
+        return [int(n) for n in text.split(",")]
+    lo, hi = (int(n) for n in text.split(".."))
+    return [2**k for k in range(hi.bit_length()) if lo <= 2**k <= hi]
+
+
+def plot(records: list[dict], png: Path) -> None:
+    """SPS against num_envs, log-log: one solid line per device count (engine), dashed for bare gymnax."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for i, devices in enumerate(sorted({r["num_devices"] for r in records})):
+        for program, style in (("engine", "-o"), ("bare", "--")):
+            rows = sorted((r for r in records if r["num_devices"] == devices and r["program"] == program),
+                          key=lambda r: r["num_envs"])
+            if not rows:
+                continue
+            xs = [r["num_envs"] for r in rows]
+            label = f"{devices} device{'s' * (devices > 1)}" + (" (bare gymnax)" if program == "bare" else "")
+            ax.plot(xs, [r["sps_median"] for r in rows], style, color=colors[i % len(colors)], markersize=3,
+                    label=label, alpha=1.0 if program == "engine" else 0.6)
+            ax.fill_between(xs, [r["sps_min"] for r in rows], [r["sps_max"] for r in rows],
+                            color=colors[i % len(colors)], alpha=0.12 if program == "engine" else 0.0)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("num_envs (total over devices)")
+    ax.set_ylabel("env steps / s (median; band: min-max)")
+    first = records[0]
+    ax.set_title(f"{first['env']} collector, T={first['num_steps']}, {first['backend']} ({first['device_kind']}), "
+                 f"jax {first['jax_version']}", fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png)
+    plt.close(fig)
+
+
+def each_device_count(args, argv: list[str]) -> int:
+    """One fresh process of this script per device count, over the sizes it splits evenly; their records are
+    passed on (printed and appended to ``--out``), then plotted with ``--png``."""
+    rows, failed = [], False
+    progress = common.Rows(len(args.devices))
+    for devices in args.devices:
+        counted = [n for n in args.num_envs if n % devices == 0]
+        progress.start(f"{devices} device(s), in a process of its own: num_envs {counted}")
+        if not counted:
+            continue
+        child = _without(argv, ("--devices", "--png", "--out", "--num-envs"))
+        run = common.run_fresh([sys.executable, __file__, *child, "--devices", str(devices), "--num-envs",
+                                ",".join(map(str, counted)), "--out", ""], check=False)
+        sys.stderr.write(run.stderr)
+        failed |= run.stdout == "" or any("not_measured" in r for r in run.records)
+        for record in run.records:
+            if "not_measured" in record:
+                print(json.dumps(record), flush=True)
+            else:
+                emit(record, args.out)
+                rows.append(record)
+    if args.png and rows:
+        plot(rows, Path(args.png))
+    return 1 if failed else 0
+
+
+def _without(argv: list[str], flags: tuple[str, ...]) -> list[str]:
+    """``argv`` without ``flags`` and their values (given as ``--flag value`` or ``--flag=value``)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in flags:
+            skip = True
+        elif not arg.startswith(tuple(f + "=" for f in flags)):
+            out.append(arg)
+    return out
+
+
 def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
+    if len(args.devices) > 1:
+        return each_device_count(args, argv)
     from rlpar import parallel
 
-    parallel.request_cpu_devices(args.devices)  # before the first JAX computation
-    devices = parallel.select_devices(args.devices)
+    parallel.request_cpu_devices(args.devices[0])  # before the first JAX computation
+    devices = parallel.select_devices(args.devices[0])
     sizes = [n for n in args.num_envs if n % len(devices) == 0]
     for num_envs in sorted(set(args.num_envs) - set(sizes)):
         print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)
     progress = common.Rows(len(sizes))
-    failed = False
+    failed, done = False, []
     for num_envs in sizes:
         what = dict(benchmark="rollout", env=args.env, num_envs=num_envs)
         if common.past_deadline(args.deadline):
@@ -293,6 +391,9 @@ def main(argv=None) -> int:
             continue
         for record in records:
             emit(record, args.out)
+            done.append(record)
+    if args.png and done:
+        plot(done, Path(args.png))
     return 1 if failed else 0
 
 

@@ -8,7 +8,7 @@ Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads it
   ``--target-return`` (``null`` if never), and the env steps by then.
 
     python benchmarks/train_sps.py --devices 1
-    python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000 --out results/train.jsonl
+    python benchmarks/train_sps.py --devices 2 --num-envs 256 --total-timesteps 2000000
     python benchmarks/train_sps.py --num-envs 1 --out t.jsonl --then --env Breakout-MinAtar --num-envs 64 --out t.jsonl
 
 ``--then`` starts another row, with flags of its own, in the same process (on a TPU each process pays 10-15 s to
@@ -97,7 +97,7 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target-return", type=float, default=475.0, help="return that counts as solved")
     parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
-    parser.add_argument("--out", default=None, help="append JSON lines to this file")
+    common.add_out_argument(parser, "train_sps")
     parser.add_argument("--deadline", type=float, default=None, help="Unix time after which this row is not started")
     run_base = RunConfig(eval_every=0)  # speed: no evaluation in the timed chunks unless asked (--eval-every)
     cli.add_dataclass_flags(parser, RunConfig, "run", base=run_base)

@@ -48,7 +48,7 @@ def test_a_case_gives_rejax_the_same_config_and_an_unknown_case_is_one_line():
     assert cli_compile.configs(None, ["dqn", "--env", "CartPole-v1"])[1] is None  # no known rejax config: rlpar only
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "cli_compile.py"), "--case", "nope"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --case 'nope': one of pqn")
+    assert proc.returncode != 0 and proc.stderr.strip().splitlines()[-1].startswith("error: --case 'nope': one of ppo")
     assert "Traceback" not in proc.stderr
 
 

@@ -37,7 +37,7 @@ def _load(name: str):
     finally:
         sys.path.remove(str(BENCHMARKS))
         for added in set(sys.modules) - before:
-            if added in ("common", "peers", "agents_vs_rejax"):
+            if added in ("common", "peers", "train_vs_peer"):
                 del sys.modules[added]
     return module
 

@@ -1,0 +1,104 @@
+"""The benchmark harness (``benchmarks/common.py``): a row in a fresh process, rounds, ratios, where results go; and
+every benchmark script answers ``--help``."""
+
+import datetime
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCHMARKS = REPO / "benchmarks"
+_spec = importlib.util.spec_from_file_location("benchmarks_harness_common", BENCHMARKS / "common.py")
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+SCRIPTS = sorted(p.name for p in BENCHMARKS.glob("*.py") if '__name__ == "__main__"' in p.read_text())
+
+
+def test_a_row_in_a_fresh_process_comes_back_as_a_json_line_with_host_and_device_fields(tmp_path):
+    row = tmp_path / "row.py"
+    row.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(BENCHMARKS)!r})
+        import jax
+        import common
+        common.emit(common.record("tiny", **common.platform_fields(jax.devices()), value=1), sys.argv[1])
+    """))
+    out = tmp_path / "tiny.jsonl"
+    run = common.run_fresh([sys.executable, str(row), str(out)], env={"JAX_PLATFORMS": "cpu"}, cwd=tmp_path)
+    (record,) = run.records
+    assert record == json.loads(out.read_text())  # printed and appended alike
+    assert record["benchmark"] == "tiny" and record["value"] == 1 and record["backend"] == "cpu"
+    for field in ("cpu", "host_cpus", "load_avg_1m", "time_utc", "jax_version", "device_kind", "num_devices",
+                  "command"):
+        assert record[field] is not None, field
+    assert record["cpu"] == common.cpu_description()
+    assert run.wall_s > 0 and run.cpu_s > 0
+
+
+def test_a_failed_row_raises_with_the_end_of_its_stderr(tmp_path):
+    with pytest.raises(RuntimeError, match="exited 3:\n.*the reason"):
+        common.run_fresh([sys.executable, "-c", "import sys; sys.stderr.write('the reason'); sys.exit(3)"])
+
+
+def test_rounds_give_every_side_once_a_round_and_rotate_when_asked(capsys):
+    assert list(common.interleave(2, ["a", "b", "c"])) == [(0, "a"), (0, "b"), (0, "c"), (1, "a"), (1, "b"),
+                                                           (1, "c")]
+    assert [s for _, s in common.interleave(3, ["a", "b", "c"], rotate=True)] == list("abc" "bca" "cab")
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 15 and "row 1/6: round 1/2, a (" in err[0] and "row 9/9: round 3/3, b (" in err[-1]
+
+
+def test_the_ratio_is_the_median_of_per_round_ratios_over_the_rounds_both_sides_ran():
+    # rounds 0-2 of both sides: 2/1, 3/2, 8/4 -> 2.0, 1.5, 2.0; round 3 has one side only and does not count
+    ratio = common.ratio({0: 2.0, 1: 3.0, 2: 8.0, 3: 5.0}, {0: 1.0, 1: 2.0, 2: 4.0})
+    assert ratio == {"median": 2.0, "min": 1.5, "max": 2.0, "rounds": 3}
+    assert common.ratio_text(ratio) == "2.00x (1.50-2.00, 3 rounds)"
+    assert common.ratio({0: 1.0}, {1: 1.0}) is None and common.ratio_text(None) == "n/a"
+
+
+def test_spread_and_steps_per_second():
+    # 1..5: median 3, inclusive quartiles 2 and 4
+    assert common.spread([5, 1, 4, 2, 3]) == {"median": 3, "q1": 2.0, "q3": 4.0, "min": 1, "max": 5, "n": 5}
+    # 100 steps in 1 s and in 0.5 s: 100 and 200 steps/s
+    stats = common.sps_stats(100, [1.0, 0.5])
+    assert stats["sps_median"] == 150 and stats["sps_min"] == 100 and stats["sps_max"] == 200
+    assert stats["repeats"] == 2
+
+
+def test_results_go_to_a_folder_of_the_day_one_file_per_topic():
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    assert common.default_out("rollout") == f"benchmarks/results/{today}/rollout.jsonl"
+
+
+def test_every_result_lies_in_a_dated_folder():
+    stray = [p.name for p in (BENCHMARKS / "results").iterdir() if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", p.name)]
+    assert stray == []
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_answers_help_without_measuring_anything(script, tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / script), "--help"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("usage:") and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_train_vs_peer_quick_gives_a_record_per_run_and_a_summary(tmp_path):
+    out = tmp_path / "train.jsonl"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_vs_peer.py"), "--agents", "ppo", "--devices", "1",
+                           "--rounds", "1", "--quick", "--peers", "none", "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["program"] == "rlpar" and record["sps"] > 0 and record["compile_s"] > 0 and record["cpu"]
+    assert record["command"].startswith("python -m rlpar.train ppo --env CartPole-v1")
+    assert "ppo: train SPS rlpar 1 dev" in proc.stdout
