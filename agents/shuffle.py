@@ -38,8 +38,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlpar import platform
-from rlpar.platform import BLOCK_MAX, GATHER_LAYOUTS, LANES, MIN_UNITS, SHUFFLE_METHODS  # noqa: F401 (re-exported)
+from rlpar.core import platform
+from rlpar.core.platform import BLOCK_MAX, GATHER_LAYOUTS, LANES, MIN_UNITS, SHUFFLE_METHODS  # noqa: F401 (re-exported)
 
 ROUNDS = 6
 SMALL = 32  # fewer elements than this: jax.random.permutation

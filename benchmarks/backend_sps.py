@@ -1,7 +1,7 @@
 """PPO training speed of the two device backends side by side: ``--backend pmap`` vs ``--backend shard_map``.
 
 Same config, same devices, same seed; the runs alternate between the backends (pmap, shard_map, pmap, ...) so that
-a change in the machine's load hits both alike. Each run is ``rlpar.runner.run`` (what ``python -m rlpar.train``
+a change in the machine's load hits both alike. Each run is ``rlpar.run.runner.run`` (what ``python -m rlpar.train``
 runs): its compilation is ahead of time and excluded; every logged chunk of ``--log-every`` updates is one timed
 repeat. One JSON line per backend: the median train SPS over all chunks of all its runs, with quartiles and extremes.
 
@@ -28,7 +28,7 @@ def chunk_seconds_per_step(records: list[dict]) -> list[float]:
 def measure(config, run_config, backends: list[str], runs: int) -> dict[str, dict]:
     """``runs`` training runs per backend, alternating; per backend its chunk timings and compile times."""
     import agents
-    from rlpar.runner import run
+    from rlpar.run.runner import run
 
     timings = {b: {"seconds_per_step": [], "compile_s": []} for b in backends}
     progress = common.Rows(runs * len(backends))
@@ -62,9 +62,9 @@ def backend_record(backend: str, timing: dict, config, run_config, devices) -> d
 
 def parse_args(argv=None):
     from agents.ppo import PPOConfig
-    from rlpar import cli
-    from rlpar.parallel import BACKENDS
-    from rlpar.runner import RunConfig
+    from rlpar.tools import cli
+    from rlpar.core.parallel import BACKENDS
+    from rlpar.run.runner import RunConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backends", default=",".join(BACKENDS), help="comma list of backends to compare")
@@ -86,14 +86,15 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     import sys
 
-    from rlpar import parallel, train
+    from rlpar.core import hosts
+    from rlpar.tools import train
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--devices" not in argv:
         argv += ["--devices", "2"]  # the default here: a comparison of backends needs more than one device
     train.start_devices(argv)  # CPU devices, before anything (importing gymnax) starts JAX's backends
     args, backends, run_config, config = parse_args(argv)
-    devices = parallel.select_devices(run_config.devices)
+    devices = hosts.select_devices(run_config.devices)
     config.validate(len(devices))
     timings = measure(config, run_config, backends, args.runs)
     for backend in backends:

@@ -52,7 +52,7 @@ TINY_RUN_ARGV = [
 
 @pytest.fixture(scope="session")
 def tiny_run_dir(tmp_path_factory):
-    from rlpar import train
+    from rlpar.tools import train
 
     run_dir = tmp_path_factory.mktemp("tiny") / "run"
     assert train.main([*TINY_RUN_ARGV, "--run-dir", str(run_dir)]) == 0
@@ -73,7 +73,7 @@ def _release_compiled_programs():
 # ---- a run killed mid-way and resumed (the replay agents' tests share these) ----
 
 def start_killed_run(run_dir, argv: list[str], after_update: int = 4):
-    """``python -m rlpar.train ARGV --run-dir RUN_DIR`` in a fresh process that ``tests/sigkill_after.py`` SIGKILLs
+    """``python -m rlpar.tools.train ARGV --run-dir RUN_DIR`` in a fresh process that ``tests/sigkill_after.py`` SIGKILLs
     right after update ``after_update``'s metrics line (before its checkpoint); returns the ``Popen``."""
     import subprocess
     import sys
@@ -100,7 +100,7 @@ def killed_run(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_run(killed_run, request, tmp_path_factory):
     """The test module's ``TINY_ARGV`` run whole through the CLI in this process; its run dir."""
-    from rlpar import train
+    from rlpar.tools import train
 
     run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
     assert train.main([*request.module.TINY_ARGV, "--run-dir", str(run_dir)]) == 0
@@ -109,8 +109,8 @@ def tiny_run(killed_run, request, tmp_path_factory):
 
 def final_state(run_dir):
     """The newest checkpoint's whole state (host arrays) of a run dir."""
-    from rlpar import rundir
-    from rlpar.checkpoint import Checkpoints
+    from rlpar.run import rundir
+    from rlpar.run.checkpoint import Checkpoints
 
     checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
     return checkpoints.restore(checkpoints.latest()).state
@@ -123,9 +123,9 @@ def resume_and_compare(killed_run_dir, proc, uninterrupted_run_dir, killed_befor
 
     import numpy as np
 
-    from rlpar import rundir
-    from rlpar import train as train_cli
-    from rlpar.checkpoint import Checkpoints
+    from rlpar.run import rundir
+    from rlpar.tools import train as train_cli
+    from rlpar.run.checkpoint import Checkpoints
 
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, stderr[-2000:]

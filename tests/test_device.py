@@ -3,7 +3,7 @@ machine with an accelerator ``python -m pytest -m device -n 0`` runs them there 
 backend; the four fake CPU devices of ``conftest.py`` are not used). Each names the backend it ran on in its output.
 
 Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
-a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it.
+a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.tools.evaluate`` on it.
 """
 
 import shutil
@@ -15,10 +15,10 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
-from rlpar.evaluate import evaluate
+from rlpar.run import rundir
+from rlpar.tools import train as train_cli
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools.evaluate import evaluate
 
 pytestmark = pytest.mark.device
 

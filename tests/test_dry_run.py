@@ -1,4 +1,4 @@
-"""``python -m rlpar.train ... --dry-run`` (or ``--check``): every check a run makes, what it would train, exit 0;
+"""``python -m rlpar.tools.train ... --dry-run`` (or ``--check``): every check a run makes, what it would train, exit 0;
 nothing compiled, written or joined."""
 
 import json
@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from rlpar import build, chunks
-from rlpar import train as train_cli
+from rlpar.run import build, chunks
+from rlpar.tools import train as train_cli
 
 
 @pytest.fixture

@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 import agents
-from rlpar import evaluate, parallel, runner
-from rlpar import train as train_cli
+from rlpar.tools import evaluate
+from rlpar.core import parallel
+from rlpar.run import runner
+from rlpar.tools import train as train_cli
 from rlpar.agent import Agent, AgentConfig, AgentFunctions, AgentSpec
-from rlpar.runner import RunConfig, run
+from rlpar.run.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # examples/ is not installed: users run it from a checkout, as here
@@ -95,11 +97,11 @@ def test_ppo_trains_on_a_users_gymnax_environment_instance():
 
 
 # the host loop's modules, in the order they may import each other: each imports only those before it
-HOST_LOOP = ["rlpar.run_config", "rlpar.records", "rlpar.run_state", "rlpar.prepare", "rlpar.chunks", "rlpar.build",
-             "rlpar.runner"]
-ENGINE = ["rlpar.agent", "rlpar.collectives", "rlpar.rollout", "rlpar.program", "rlpar.parallel", *HOST_LOOP,
-          "rlpar.checkpoint", "rlpar.logs", "rlpar.rundir", "rlpar.guard", "rlpar.seeds", "rlpar.progress",
-          "rlpar.episodes"]
+HOST_LOOP = ["rlpar.run.config", "rlpar.run.records", "rlpar.run.state", "rlpar.run.prepare", "rlpar.run.chunks", "rlpar.run.build",
+             "rlpar.run.runner"]
+ENGINE = ["rlpar.agent", "rlpar.core.collectives", "rlpar.core.rollout", "rlpar.core.program", "rlpar.core.parallel", *HOST_LOOP,
+          "rlpar.run.checkpoint", "rlpar.run.logs", "rlpar.run.rundir", "rlpar.run.guard", "rlpar.core.seeds", "rlpar.run.progress",
+          "rlpar.core.episodes"]
 
 
 def test_engine_modules_import_no_agent_and_start_no_backend():
@@ -126,7 +128,7 @@ def test_each_host_loop_module_imports_only_the_ones_before_it():
 def test_importing_the_libraries_starts_no_backend_and_train_creates_the_devices_asked_for(tmp_path):
     # What README's library example does in a fresh process: import, then train on 2 devices of a CPU host.
     proc = _fresh_python(
-        "import agents, envs, rlpar.train, rlpar.evaluate, rlpar.plot\n"
+        "import agents, envs, rlpar.tools.train, rlpar.tools.evaluate, rlpar.tools.plot\n"
         "from jax._src import xla_bridge as xb\n"
         "assert not xb._backends, 'an import started a JAX backend'\n"
         "cfg = agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, num_minibatches=2)\n"

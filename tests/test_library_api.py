@@ -10,7 +10,7 @@ import pytest
 
 import agents
 from examples import a2c
-from rlpar import runner
+from rlpar.run import runner
 from rlpar.agent import AgentSpec
 
 PACKAGES = [getattr(agents, name) for name in agents.__all__

@@ -13,9 +13,10 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import parallel, runner, seeds
-from rlpar import train as train_cli
-from rlpar.runner import RunConfig, run
+from rlpar.core import parallel, seeds
+from rlpar.run import runner
+from rlpar.tools import train as train_cli
+from rlpar.run.runner import RunConfig, run
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, num_minibatches=2, update_epochs=1)
@@ -101,7 +102,7 @@ def test_one_seed_for_many_slots_compiles_without_xla_error_lines(argv, evaluate
     # "E... algebraic_simplifier.cc:...] ... likely stuck in a circular simplification loop" twice while compiling
     # (seen on an AVX-512 host). A fresh process, and no compilation cache: a cached program would compile nothing.
     proc = subprocess.run(
-        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
+        [sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
          "--eval-episodes", "8", "--no-compile-cache"],  # 2 updates, evaluated at the end
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )
