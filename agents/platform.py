@@ -36,7 +36,7 @@ from __future__ import annotations
 from rlpar.core.cpu_paths import install
 from rlpar.core.host_cpu import xla_cpu_avx512
 from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths, dense_fast_path,
-                            fast_paths, forced, plain_layers_requested, raveled_update, resolve, set_fast_paths)
+                                 fast_paths, forced, plain_layers_requested, raveled_update, resolve, set_fast_paths)
 
 __all__ = ["DENSE_FAST_ROWS_AVX2", "PLAIN_LAYERS_ENV", "conv_as_patches", "cpu_fast_paths", "dense_fast_path",
            "fast_paths", "plain_layers_requested", "raveled_update", "resolve", "set_fast_paths", "xla_cpu_avx512"]

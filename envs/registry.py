@@ -17,9 +17,9 @@ from typing import Any
 from envs import suites
 from envs.adapters import adapt_step
 from envs.deferred import import_gymnax
+from envs.errors import from_user_code
 from envs.probes import PROBES
 from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
-from envs.errors import from_user_code
 
 # id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
 _FACTORIES: dict[str, Callable[..., Any]] = {}

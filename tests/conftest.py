@@ -124,8 +124,8 @@ def resume_and_compare(killed_run_dir, proc, uninterrupted_run_dir, killed_befor
     import numpy as np
 
     from rlpar.run import rundir
-    from rlpar.tools import train as train_cli
     from rlpar.run.checkpoint import Checkpoints
+    from rlpar.tools import train as train_cli
 
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, stderr[-2000:]

@@ -22,8 +22,7 @@ def main(argv: list[str]) -> int:
     agent_name = "ppo"
     if flags[:1] == ["--agent"]:
         agent_name, flags = flags[1], flags[2:]
-    from rlpar.tools import cli, registry
-    from rlpar.tools import train
+    from rlpar.tools import cli, registry, train
 
     train.start_devices(flags)  # CPU devices and jax.distributed, before anything starts JAX's backends
 

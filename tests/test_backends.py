@@ -12,9 +12,9 @@ import agents
 import envs
 from agents.ppo import Batch, PPOConfig, make_ppo
 from rlpar.core import hosts, parallel
-from tests.helpers import random_batch as _random_batch
-from rlpar.tools import train as train_cli
 from rlpar.run.runner import RunConfig, run
+from rlpar.tools import train as train_cli
+from tests.helpers import random_batch as _random_batch
 
 SMALL = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, num_minibatches=2, update_epochs=2,
                   hidden_sizes=(16, 16))

@@ -49,8 +49,7 @@ def _run_flag(action: argparse.Action) -> bool:
 def _parsers() -> dict[str, argparse.ArgumentParser]:
     """Each tool's parser: ``train`` (rlpar.tools.train's run flags, read from PPO's parser: every agent has the same),
     ``train AGENT`` (that agent's own flags) for every registered agent, ``evaluate``, ``plot``."""
-    from rlpar.tools import evaluate, plot, train
-    from rlpar.tools import registry
+    from rlpar.tools import evaluate, plot, registry, train
 
     agents = {f"train {name}": train.make_parser(registry.get(name)) for name in registry.names()}
     return {"train": agents["train ppo"], **agents, "evaluate": evaluate.make_parser(), "plot": plot.make_parser()}
@@ -154,8 +153,7 @@ def test_flags_that_set_one_thing_are_found():
 # ---- --search and --sweep: repeated, several fields in one value, duplicates, values left over ----
 
 def _train_parse(argv):
-    from rlpar.tools import registry
-    from rlpar.tools import train
+    from rlpar.tools import registry, train
 
     return train._parse(registry.get("ppo"), argv)
 

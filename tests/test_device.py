@@ -16,8 +16,8 @@ import pytest
 import agents
 from agents.ppo import PPOConfig
 from rlpar.run import rundir
-from rlpar.tools import train as train_cli
 from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools import train as train_cli
 from rlpar.tools.evaluate import evaluate
 
 pytestmark = pytest.mark.device

@@ -23,11 +23,11 @@ import agents
 import agents.team
 from agents.ppo import PPOConfig
 from agents.team import TeamConfig
-from rlpar.run import checkpoint, rundir
-from rlpar.tools import cli
 from rlpar.core import parallel
-from rlpar.tools import train as train_cli
+from rlpar.run import checkpoint, rundir
 from rlpar.run.runner import RunConfig, run
+from rlpar.tools import cli
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("distributed_worker.py")

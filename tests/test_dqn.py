@@ -18,8 +18,8 @@ import agents
 import envs
 from agents.dqn import DQNConfig, double_q_targets, linear_schedule, make_dqn, td_loss
 from agents.replay import ReplayItem
-from rlpar.tools import evaluate
 from rlpar.core import hosts, parallel
+from rlpar.tools import evaluate
 from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]

@@ -11,10 +11,10 @@ import agents
 import envs
 from agents.ppo import PPOConfig
 from rlpar.core import episodes, parallel, program
-from rlpar.tools import plot
 from rlpar.run import rundir
-from rlpar.tools import train as train_cli
 from rlpar.run.runner import Hooks, RunConfig, run
+from rlpar.tools import plot
+from rlpar.tools import train as train_cli
 
 # 5 updates in chunks of 2, 2 and 1: the last chunk is shorter than log_every.
 TINY = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 5, num_minibatches=2, update_epochs=1,

@@ -10,10 +10,10 @@ import agents.team
 import envs
 from agents.team import TeamConfig, make_team_ppo
 from agents.team.network import AgentInputs
-from rlpar.core import hosts, parallel
-from rlpar.tools import train as train_cli
 from conftest import resume_and_compare
 from helpers import assert_one_line_error
+from rlpar.core import hosts, parallel
+from rlpar.tools import train as train_cli
 
 COORDINATE, TRUNCATED, MASKED = (f"envs.team_probes:{name}" for name in ("Coordinate", "Truncated", "Masked"))
 PROBE = TeamConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 60, lr=3e-3, anneal_lr=False,

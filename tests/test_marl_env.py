@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import envs
-from rlpar.tools import train as train_cli
 from helpers import assert_one_line_error
+from rlpar.tools import train as train_cli
 
 pytest.importorskip("jaxmarl")
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 import jax
 
 import agents
-from rlpar.run import logs, progress
 from rlpar.core import hosts
+from rlpar.run import logs, progress
 from rlpar.run.runner import RunConfig, run
 
 TINY = agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, num_minibatches=2, hidden_sizes=(8,))

@@ -14,8 +14,8 @@ import pytest
 
 import agents
 from conftest import resume_and_compare
-from rlpar.tools import evaluate
 from rlpar.core import collectives, parallel, population, program, seeds
+from rlpar.tools import evaluate
 from rlpar.tools import train as train_cli
 
 # 4 members on 4 devices as 2 groups of 2: PBT every 3 updates ranked by a greedy evaluation of 4 episodes (2 per

@@ -21,13 +21,12 @@ from agents import platform, shuffle
 from agents.pqn import Batch, PQNConfig, make_pqn
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
 from agents.spaces import discrete_actions
-from rlpar.tools import evaluate
 from rlpar.core import hosts, parallel
-from rlpar.tools import registry
 from rlpar.run import rundir
-from rlpar.tools import train as train_cli
 from rlpar.run.checkpoint import Checkpoints
 from rlpar.run.runner import RunConfig, run
+from rlpar.tools import evaluate, registry
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")

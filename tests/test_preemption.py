@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from rlpar.run import preemption, rundir
-from rlpar.tools import train as train_cli
 from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools import train as train_cli
 
 from conftest import final_state
 

@@ -19,8 +19,8 @@ import envs
 from agents.replay import ReplayItem
 from agents.sac import (SACConfig, gaussian_log_prob, make_sac, soft_q_targets, squashed_gaussian,
                         squashed_gaussian_log_prob, tanh_log_det)
-from rlpar.tools import evaluate
 from rlpar.core import hosts, parallel
+from rlpar.tools import evaluate
 from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]

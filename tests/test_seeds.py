@@ -15,8 +15,8 @@ import agents
 from agents.ppo import PPOConfig
 from rlpar.core import parallel, seeds
 from rlpar.run import runner
-from rlpar.tools import train as train_cli
 from rlpar.run.runner import RunConfig, run
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, num_minibatches=2, update_epochs=1)

@@ -4,8 +4,8 @@ feed-forward or recurrent (``gru_size``), on PPO's loss, GAE, optimizer and fit.
 
 from __future__ import annotations
 
-from agents.team.config import TeamConfig
 from agents.team.common import TeamAgentState, TeamPPO
+from agents.team.config import TeamConfig
 from agents.team.learner import make_team_ppo
 from agents.team.network import AgentInputs, TeamActorCritic
 from rlpar.core.agent import AgentSpec

@@ -19,8 +19,8 @@ from agents.networks import ActorCritic
 from agents.optim import make_optimizer
 from agents.ppo.learner import Batch, make_fit
 from agents.spaces import team_agents
-from agents.team.config import TeamConfig
 from agents.team.common import TeamAgentState, TeamPPO, example_inputs, per_agent, uses_masks
+from agents.team.config import TeamConfig
 from agents.team.network import TeamActorCritic, agent_inputs
 from rlpar.core.collectives import pmean
 from rlpar.core.rollout import Experience

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from rlpar.core.platform import (PLAIN_LAYERS_ENV, cpu_fast_paths, fast_paths, forced, plain_layers_requested, resolve,
-                            rolled_threefry, set_fast_paths, threefry_unrolled)
+                                 rolled_threefry, set_fast_paths, threefry_unrolled)
 
 __all__ = ["PLAIN_LAYERS_ENV", "cpu_fast_paths", "fast_paths", "forced", "install", "plain_layers_requested",
            "resolve", "rolled_threefry", "set_fast_paths"]

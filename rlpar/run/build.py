@@ -14,11 +14,11 @@ from typing import Callable
 import jax
 import numpy as np
 
-from rlpar.run import checkpoint, chunks, program_cache
 from rlpar.core import parallel, platform, program
 from rlpar.core.agent import AgentSpec
-from rlpar.run.prepare import _Prepared
+from rlpar.run import checkpoint, chunks, program_cache
 from rlpar.run.config import RunConfig
+from rlpar.run.prepare import _Prepared
 
 
 class BuildError(ValueError):

@@ -15,12 +15,12 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar.run import checkpoint, compile_cache, guard, preemption, program_cache
 from rlpar.core import episodes, hosts, parallel, population, program, seeds
+from rlpar.run import checkpoint, compile_cache, guard, preemption, program_cache
+from rlpar.run.config import RunConfig
 from rlpar.run.logs import RunLogger
 from rlpar.run.prepare import _Prepared
 from rlpar.run.records import add_members, summarize
-from rlpar.run.config import RunConfig
 from rlpar.run.state import _save_checkpoint, _stop_if_nonfinite
 
 

@@ -15,9 +15,9 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar.run import checkpoint, compile_cache, program_cache, rundir
 from rlpar.core import collectives, hosts, parallel, population, program, seeds
 from rlpar.core.agent import AgentSpec
+from rlpar.run import checkpoint, compile_cache, program_cache, rundir
 from rlpar.run.config import RunConfig, check_creatable
 from rlpar.run.state import _checkpoints_found
 

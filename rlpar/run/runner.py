@@ -18,17 +18,17 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 
-from rlpar.run import build, chunks, preemption, rundir
 from rlpar.core import hosts, parallel, program
 from rlpar.core.agent import AgentSpec
+from rlpar.run import build, chunks, preemption, rundir
 from rlpar.run.build import (INIT_COMPILER_OPTIONS, INIT_CPU_COMPILER_OPTIONS, BuildError, _Init,  # noqa: F401
-                         _initial_state, _seeded_init, compile_init)
+                             _initial_state, _seeded_init, compile_init)
 from rlpar.run.chunks import (Hooks, Interrupted, _chunks_done, _control, _Outputs, _Schedule,  # noqa: F401
-                          chunk_lengths)
-from rlpar.run.prepare import (Plan, _describe, _prepare, _Prepared, check, check_agent, config_env_kwargs,  # noqa: F401
-                           make_program_factory, make_slots)
-from rlpar.run.records import add_members, evaluation_stats, mean_recent_return, summarize  # noqa: F401
+                              chunk_lengths)
 from rlpar.run.config import RunConfig, check_creatable  # noqa: F401
+from rlpar.run.prepare import (Plan, _describe, _prepare, _Prepared, check, check_agent, config_env_kwargs,  # noqa: F401
+                               make_program_factory, make_slots)
+from rlpar.run.records import add_members, evaluation_stats, mean_recent_return, summarize  # noqa: F401
 from rlpar.run.state import (_check_every_process_sees, _open_checkpoints, _open_logger, _previous_records,
                              _restore)
 

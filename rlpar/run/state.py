@@ -12,10 +12,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from rlpar.run import checkpoint, guard, logs, rundir
 from rlpar.core import hosts, parallel
-from rlpar.run.logs import RunLogger
+from rlpar.run import checkpoint, guard, logs, rundir
 from rlpar.run.config import RunConfig
+from rlpar.run.logs import RunLogger
 
 
 # Settings a resumed run must share with the checkpoint for the result to be bit-identical.

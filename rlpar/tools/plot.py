@@ -27,9 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rlpar.tools import cli, errors
 from rlpar.run import rundir
 from rlpar.run.progress import slot_label
+from rlpar.tools import cli, errors
 
 Y_FIELD = "episode_return"
 EVAL_FIELD = "eval/episode_return"  # mean return of a greedy evaluation, in the records that have one

@@ -70,8 +70,8 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None =
     hyperparameters that member had in the checkpoint; ``say`` is told when the checkpoint is read."""
     import jax
 
-    from rlpar.run import checkpoint, runner
     from rlpar.core import collectives, parallel, seeds
+    from rlpar.run import checkpoint, runner
     from rlpar.tools import registry
 
     meta = rundir.read_meta(run_dir)

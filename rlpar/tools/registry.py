@@ -9,8 +9,8 @@ from __future__ import annotations
 import dataclasses
 import importlib
 
-from rlpar.core.agent import AgentSpec
 from envs.errors import from_user_code
+from rlpar.core.agent import AgentSpec
 
 # name -> "module:attribute" of its AgentSpec, imported on first use
 AGENTS: dict[str, str] = {

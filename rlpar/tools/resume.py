@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-from rlpar.tools import cli
 from rlpar.run import rundir
+from rlpar.tools import cli
 
 FLAG = "--resume"
 PROCESS_FIELDS = ("coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s")

@@ -16,8 +16,8 @@ import threading
 import time
 from typing import NoReturn
 
-from rlpar.tools import cli, resume
 from rlpar.run.runner import RunConfig
+from rlpar.tools import cli, resume
 
 _IMPORTED_AT = time.time()
 
