@@ -73,7 +73,7 @@ def _release_compiled_programs():
 # ---- a run killed mid-way and resumed (the replay agents' tests share these) ----
 
 def start_killed_run(run_dir, argv: list[str], after_update: int = 4):
-    """``python -m rlpar.tools.train ARGV --run-dir RUN_DIR`` in a fresh process that ``tests/sigkill_after.py`` SIGKILLs
+    """``python -m rlpar.train ARGV --run-dir RUN_DIR`` in a fresh process that ``tests/sigkill_after.py`` SIGKILLs
     right after update ``after_update``'s metrics line (before its checkpoint); returns the ``Popen``."""
     import subprocess
     import sys

@@ -1,6 +1,6 @@
 """One process of a multi-process run, for tests/test_distributed.py (which starts two of these).
 
-usage: python tests/distributed_worker.py OUT_FILE [--agent NAME] [python -m rlpar.tools.train NAME flags]
+usage: python tests/distributed_worker.py OUT_FILE [--agent NAME] [python -m rlpar.train NAME flags]
 
 ``NAME`` is one of rlpar's agents (default ``ppo``). Takes the same flags as the CLI (``--coordinator``,
 ``--num-processes``, ``--process-id``, ...), trains with

@@ -1,6 +1,6 @@
-"""Run ``python -m rlpar.tools.train`` and SIGKILL the process right after the chunk that reaches update N is logged.
+"""Run ``python -m rlpar.train`` and SIGKILL the process right after the chunk that reaches update N is logged.
 
-usage: python tests/sigkill_after.py N [rlpar.tools.train arguments]
+usage: python tests/sigkill_after.py N [rlpar.train arguments]
 
 For the kill-and-resume tests: the process dies at an exact point between two checkpoints (after that chunk's
 metrics line is written, before its checkpoint would be saved), as a crash or ``kill -9`` there would leave it. The

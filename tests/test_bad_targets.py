@@ -1,5 +1,5 @@
 """Bad env and agent targets on every user path (the command line with each agent, ``agents.*.train``,
-``rlpar.tools.evaluate``, ``rlpar.tools.plot``, ``--resume``): one line naming the value, the underlying error's message and what
+``rlpar.evaluate``, ``rlpar.plot``, ``--resume``): one line naming the value, the underlying error's message and what
 is accepted; exit 2 (a ``ValueError`` in Python); no traceback unless ``RLPAR_TRACEBACK=1``."""
 
 import json
@@ -236,7 +236,7 @@ def test_plot_and_evaluate_bad_run_dirs_are_one_line(argv, says, tmp_path, capsy
 def test_rlpar_traceback_shows_the_users_own_error_in_a_fresh_process(tmp_path):
     (tmp_path / "bad_targets.py").write_text(BAD_TARGETS)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    command = [sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "bad_targets:raises", *TINY]
+    command = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "bad_targets:raises", *TINY]
     plain = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert plain.returncode == 2 and "Traceback" not in plain.stderr
     assert plain.stderr.strip().splitlines() == [plain.stderr.strip()]  # one line

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _evaluate(run_dir: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rlpar.tools.evaluate", run_dir, "--episodes", "1"], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "rlpar.evaluate", run_dir, "--episodes", "1"], cwd=cwd,
                           env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300)
 
 

@@ -57,4 +57,4 @@ def test_a_code_tree_that_is_not_rlpar_is_one_line_before_anything_runs(tmp_path
                            "--", "ppo", "--env", "CartPole-v1"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].endswith(f"--code {tmp_path}: not a checkout of rlpar (no "
-                                                         "rlpar/tools/train.py there)")
+                                                         "rlpar/train.py there)")

@@ -27,7 +27,7 @@ def test_empty_non_integer_and_non_positive_parts_are_refused(text):
 def test_train_cli_refuses_an_empty_hidden_size_in_one_line():
     # Before: "64,,64" silently trained a (64, 64) network.
     proc = subprocess.run(
-        [sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "CartPole-v1", "--hidden-sizes", "64,,64",
+        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--hidden-sizes", "64,,64",
          "--total-timesteps", "256"],  # small, so that the unfixed parser fails the test fast
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )

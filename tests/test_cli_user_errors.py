@@ -109,7 +109,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path)
     argv = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--hidden-sizes", "16,16",
             "--total-timesteps", str(4 * 8 * 4000), "--log-every", "10", "--checkpoint-every", "10",
             "--run-dir", "runs/x"]
-    proc = subprocess.Popen([sys.executable, "-m", "rlpar.tools.train", *argv], cwd=tmp_path, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=sigint_as_in_a_terminal)  # as in a terminal, whatever started the tests
     deadline = time.monotonic() + 240
@@ -122,12 +122,12 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path)
     assert "Traceback" not in err
     lines = [line for line in err.splitlines() if line.startswith("interrupted")]
     assert len(lines) == 1 and "last checkpoint: update " in lines[0]
-    assert lines[0].endswith("continue with: python -m rlpar.tools.train --resume runs/x")
-    resumed = subprocess.run([sys.executable, "-m", "rlpar.tools.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
+    assert lines[0].endswith("continue with: python -m rlpar.train --resume runs/x")
+    resumed = subprocess.run([sys.executable, "-m", "rlpar.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
                              capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "resumed from update " in resumed.stdout and "done:" in resumed.stdout
-    finished = subprocess.run([sys.executable, "-m", "rlpar.tools.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
+    finished = subprocess.run([sys.executable, "-m", "rlpar.train", "--resume", "runs/x"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0 and "the run is finished (update 4000 of 4000" in finished.stdout
 

@@ -24,7 +24,7 @@ def _train(cwd: Path, *flags: str, env_extra: dict | None = None) -> str:
         else:
             argv += [flag, value]
     argv += flags[len(flags) // 2 * 2:]  # a last flag without a value
-    proc = subprocess.run([sys.executable, "-m", "rlpar.tools.train", *argv], cwd=cwd, env=env,
+    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *argv], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

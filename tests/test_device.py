@@ -3,7 +3,7 @@ machine with an accelerator ``python -m pytest -m device -n 0`` runs them there 
 backend; the four fake CPU devices of ``conftest.py`` are not used). Each names the backend it ran on in its output.
 
 Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
-a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.tools.evaluate`` on it.
+a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it.
 """
 
 import shutil

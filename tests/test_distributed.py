@@ -174,7 +174,7 @@ def test_a_run_dir_that_not_every_process_sees_is_refused_before_compiling(tmp_p
     # Two run dirs stand for a path on process 0's local disk: process 1 could never read its checkpoints back.
     port = _free_port()
     processes = {
-        f"process{i}": _start([sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "CartPole-v1", "--run-dir",
+        f"process{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--run-dir",
                                str(tmp_path / f"run{i}"), *_process_flags(port, i, heartbeat_timeout_s=30),
                                *_config_flags(CONFIG)], tmp_path, f"process{i}")
         for i in range(2)
@@ -228,7 +228,7 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
     alone_dir = tmp_path / "alone"
     shutil.copytree(run_dir, alone_dir)
     port = _free_port()
-    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.tools.train", "--resume", str(run_dir),
+    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.train", "--resume", str(run_dir),
                                       *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
                for i in range(2)}
     try:
@@ -256,7 +256,7 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
 def test_a_killed_process_makes_the_other_exit_with_an_error(tmp_path):
     port = _free_port()
     long_run = CONFIG.replace(total_timesteps=10_000_000)  # would take hours: only the failure can end it
-    command = lambda i: [sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "CartPole-v1",
+    command = lambda i: [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1",
                          "--log-every", str(LOG_EVERY), *_process_flags(port, i, heartbeat_timeout_s=5),
                          *_config_flags(long_run)]
     processes = {f"process{i}": _start(command(i), tmp_path, f"process{i}") for i in range(2)}
@@ -290,7 +290,7 @@ def test_a_killed_process_makes_the_other_exit_with_an_error(tmp_path):
 
 def test_a_missing_process_is_an_error_within_the_init_timeout(tmp_path):
     port = _free_port()
-    proc = _start([sys.executable, "-m", "rlpar.tools.train", "ppo", "--devices", "2", "--coordinator", f"localhost:{port}",
+    proc = _start([sys.executable, "-m", "rlpar.train", "ppo", "--devices", "2", "--coordinator", f"localhost:{port}",
                    "--num-processes", "2", "--process-id", "0", "--init-timeout-s", "2"], tmp_path, "alone")
     try:
         proc.wait(timeout=120)  # the process itself gives up after 2 s of waiting for process 1
@@ -363,7 +363,7 @@ def test_sigterm_to_one_process_stops_both_after_the_same_update_and_they_resume
     flags = ["--env", "CartPole-v1", "--log-every", "1", "--checkpoint-every", "1000", "--eval-every", "0",
              "--run-dir", str(run_dir), *_config_flags(config)]
     port = _free_port()
-    first = {f"first{i}": _start([sys.executable, "-m", "rlpar.tools.train", "ppo", *flags,
+    first = {f"first{i}": _start([sys.executable, "-m", "rlpar.train", "ppo", *flags,
                                   *_process_flags(port, i, heartbeat_timeout_s=30)], tmp_path, f"first{i}",
                                  extra_env={"PYTHONPATH": str(REPO)})
              for i in range(2)}
@@ -385,7 +385,7 @@ def test_sigterm_to_one_process_stops_both_after_the_same_update_and_they_resume
         assert f"preempted at update {stopped}; checkpoint saved" in (tmp_path / f"first{i}.err").read_text()
 
     port = _free_port()
-    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.tools.train", "--resume", str(run_dir),
+    resumed = {f"resumed{i}": _start([sys.executable, "-m", "rlpar.train", "--resume", str(run_dir),
                                       *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
                for i in range(2)}
     _wait_all(resumed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)

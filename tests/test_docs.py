@@ -8,9 +8,9 @@ block is one of
     <!-- test: slow [FLAGS] -->     run with ``python -m pytest -m slow`` (takes minutes, or several compiles)
     <!-- test: skip (REASON) -->    never run here; REASON says why (a cluster, a GPU, an install from PyPI, ...)
 
-FLAGS, if given, are appended to every ``python -m rlpar.tools.train`` command of a shell block (replacing the command's
+FLAGS, if given, are appended to every ``python -m rlpar.train`` command of a shell block (replacing the command's
 own value of any of them: a flag may not be given twice), so a block can show a full run while the test trains a
-small budget. Every ``python -m rlpar.tools.train`` command of a skipped shell block (but ``--resume``, which needs a run)
+small budget. Every ``python -m rlpar.train`` command of a skipped shell block (but ``--resume``, which needs a run)
 runs with ``--dry-run``, which checks everything and compiles nothing, so no documented command can fail to parse.
 Each block runs in a fresh temporary directory, so its relative paths land there, with this checkout importable
 (``PYTHONPATH``) and this interpreter's directory first on ``PATH`` (``python`` is the test's python); shell blocks
@@ -72,7 +72,7 @@ def _flag_pattern(flag: str, takes_value: bool) -> re.Pattern:
 
 
 def with_flags(script: str, flags: str) -> str:
-    """``script`` with ``flags`` appended to each ``python -m rlpar.tools.train`` command (before ``&&``, ``;``, ``|``,
+    """``script`` with ``flags`` appended to each ``python -m rlpar.train`` command (before ``&&``, ``;``, ``|``,
     ``&`` or a comment), each flag of ``flags`` the command gives already taken out of it first (with its value);
     a ``--resume`` or ``--help`` command is left as it is."""
     if not flags:
@@ -116,22 +116,22 @@ def test_every_shell_and_python_block_is_marked():
 
 
 def test_flags_go_to_each_training_command_only():
-    script = ("python -m rlpar.tools.train ppo --run-dir a && python -m rlpar.tools.plot a  # plot\n"
-              "for s in 0 1; do python -m rlpar.tools.train ppo --seed $s; done\n"
-              "python -m rlpar.tools.train --resume a\n")
+    script = ("python -m rlpar.train ppo --run-dir a && python -m rlpar.plot a  # plot\n"
+              "for s in 0 1; do python -m rlpar.train ppo --seed $s; done\n"
+              "python -m rlpar.train --resume a\n")
     assert with_flags(script, "--total-timesteps 8") == (
-        "python -m rlpar.tools.train ppo --run-dir a --total-timesteps 8 && python -m rlpar.tools.plot a  # plot\n"
-        "for s in 0 1; do python -m rlpar.tools.train ppo --seed $s --total-timesteps 8; done\n"
-        "python -m rlpar.tools.train --resume a\n")
+        "python -m rlpar.train ppo --run-dir a --total-timesteps 8 && python -m rlpar.plot a  # plot\n"
+        "for s in 0 1; do python -m rlpar.train ppo --seed $s --total-timesteps 8; done\n"
+        "python -m rlpar.train --resume a\n")
 
 
 def test_flags_replace_the_commands_own_value_of_them():
     # The parser refuses a flag given twice with different values, so the block's own value gives way (a quoted
     # one whole), and a flag that only starts the same stays.
-    script = ('python -m rlpar.tools.train ppo --total-timesteps 2000000 \\\n    --search "lr=0.1,0.2 gamma=0.9" '
+    script = ('python -m rlpar.train ppo --total-timesteps 2000000 \\\n    --search "lr=0.1,0.2 gamma=0.9" '
               '--tensorboard --total-timesteps-x 1\n')
     assert with_flags(script, "--total-timesteps 8 --search 'gamma=0.9,0.99' --eval-every 0") == (
-        "python -m rlpar.tools.train ppo --tensorboard --total-timesteps-x 1 --total-timesteps 8 --search 'gamma=0.9,0.99' "
+        "python -m rlpar.train ppo --tensorboard --total-timesteps-x 1 --total-timesteps 8 --search 'gamma=0.9,0.99' "
         "--eval-every 0\n")
 
 
@@ -167,7 +167,7 @@ def test_doc_block_runs(block: Block, tmp_path):
 
 
 def training_commands(block: Block) -> list[str]:
-    """The ``python -m rlpar.tools.train`` commands of a shell block, each on one line; not ``--resume RUN_DIR`` (it needs
+    """The ``python -m rlpar.train`` commands of a shell block, each on one line; not ``--resume RUN_DIR`` (it needs
     a run) nor ``--help``."""
     commands = [m.group(0).strip() for m in _TRAIN.finditer(_joined(block.code))]
     return [c for c in commands if "--resume" not in c and "--help" not in c]
@@ -178,7 +178,7 @@ SKIPPED_COMMANDS = [(b.where, command) for b in ALL_BLOCKS if b.mode == "skip" a
 
 
 def test_skipped_blocks_training_commands_are_found():
-    assert ("docs/multi-agent.md:47", "python -m rlpar.tools.train ippo --env marl-MPE_simple_spread_v3 --num-envs 16 "
+    assert ("docs/multi-agent.md:47", "python -m rlpar.train ippo --env marl-MPE_simple_spread_v3 --num-envs 16 "
             "--num-steps 128 --total-timesteps 10000000 --lr 2.5e-4 --anneal-lr true --update-epochs 4 "
             "--num-minibatches 4 --gamma 0.99 --gae-lambda 0.95 --clip-eps 0.2 --ent-coef 0.01 --vf-coef 0.5 "
             "--max-grad-norm 0.5 --hidden-sizes 64,64 --activation tanh") in SKIPPED_COMMANDS

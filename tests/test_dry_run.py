@@ -1,4 +1,4 @@
-"""``python -m rlpar.tools.train ... --dry-run`` (or ``--check``): every check a run makes, what it would train, exit 0;
+"""``python -m rlpar.train ... --dry-run`` (or ``--check``): every check a run makes, what it would train, exit 0;
 nothing compiled, written or joined."""
 
 import json

@@ -128,7 +128,7 @@ def test_each_host_loop_module_imports_only_the_ones_before_it():
 def test_importing_the_libraries_starts_no_backend_and_train_creates_the_devices_asked_for(tmp_path):
     # What README's library example does in a fresh process: import, then train on 2 devices of a CPU host.
     proc = _fresh_python(
-        "import agents, envs, rlpar.tools.train, rlpar.tools.evaluate, rlpar.tools.plot\n"
+        "import agents, envs, rlpar.train, rlpar.evaluate, rlpar.plot\n"
         "from jax._src import xla_bridge as xb\n"
         "assert not xb._backends, 'an import started a JAX backend'\n"
         "cfg = agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=64, num_minibatches=2)\n"

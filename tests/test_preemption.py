@@ -1,6 +1,6 @@
 """SIGTERM and SIGUSR1 (a scheduler's notice): the run finishes its chunk, saves a checkpoint, prints how to continue
 and exits 75; resumed, it ends bit-identical to a run never stopped. A second signal, or the grace period passing,
-ends it at once without damaging the newest complete checkpoint. Real signals, sent to ``python -m rlpar.tools.train`` in
+ends it at once without damaging the newest complete checkpoint. Real signals, sent to ``python -m rlpar.train`` in
 fresh processes started from a temporary directory with relative paths."""
 
 import os
@@ -30,7 +30,7 @@ DEADLINE_S = 300
 
 def _start(cwd: Path, argv: list[str]) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "RLPAR_CACHE_DIR": "off", "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "rlpar.tools.train", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
 
@@ -53,7 +53,7 @@ def _stopped_at(stderr: str, run_dir: str) -> int:
     """The update named by the one line a preempted run prints, checked to say how to continue."""
     [line] = [line for line in stderr.splitlines() if line.startswith("preempted at update")]
     update = int(line.split()[3].rstrip(";"))
-    assert line == f"preempted at update {update}; checkpoint saved; continue with: python -m rlpar.tools.train " \
+    assert line == f"preempted at update {update}; checkpoint saved; continue with: python -m rlpar.train " \
                    f"--resume {run_dir}"
     return update
 

@@ -223,7 +223,7 @@ def test_only_rlpars_agents_on_built_in_env_ids_are_cacheable(tmp_path, monkeypa
 def _train(cwd: Path, *flags: str, **environment: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(REPO), **environment}
     env.pop("RLPAR_CACHE_DIR", None)
-    proc = subprocess.run([sys.executable, "-m", "rlpar.tools.train", *flags], cwd=cwd, env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "rlpar.train", *flags], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout

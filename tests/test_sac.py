@@ -211,7 +211,7 @@ def test_bad_input_is_one_line_before_compiling(argv, message, capsys):
 def test_pendulum_is_solved_with_defaults(tmp_path):
     # Trained as a user runs it, in a fresh process; then 20 deterministic episodes (README "SAC"; random: -1195).
     run_dir = tmp_path / "pendulum"
-    proc = subprocess.run([sys.executable, "-m", "rlpar.tools.train", "sac", "--env", "Pendulum-v1", "--devices", "1",
+    proc = subprocess.run([sys.executable, "-m", "rlpar.train", "sac", "--env", "Pendulum-v1", "--devices", "1",
                            "--run-dir", str(run_dir), "--no-compile-cache"], cwd=REPO, capture_output=True, text=True,
                           timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-2000:]

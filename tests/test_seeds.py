@@ -102,7 +102,7 @@ def test_one_seed_for_many_slots_compiles_without_xla_error_lines(argv, evaluate
     # "E... algebraic_simplifier.cc:...] ... likely stuck in a circular simplification loop" twice while compiling
     # (seen on an AVX-512 host). A fresh process, and no compilation cache: a cached program would compile nothing.
     proc = subprocess.run(
-        [sys.executable, "-m", "rlpar.tools.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
+        [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", *argv, "--total-timesteps", "2048",
          "--eval-episodes", "8", "--no-compile-cache"],  # 2 updates, evaluated at the end
         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=300,
     )

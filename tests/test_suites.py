@@ -53,7 +53,7 @@ def _replicated(tree) -> bool:
 
 
 def test_importing_the_adapters_imports_no_suite_and_starts_no_jax_backend():
-    code = ("import envs, envs.suites, envs.craftax_suite, envs.brax_suite, agents, rlpar.tools.evaluate\n"
+    code = ("import envs, envs.suites, envs.craftax_suite, envs.brax_suite, agents, rlpar.evaluate\n"
             "from jax._src import xla_bridge as xb\n"
             "import sys\n"
             "assert not xb._backends, 'a JAX backend started'\n"
@@ -389,7 +389,7 @@ def test_brax_trains_on_two_devices_through_the_cli(brax_run):
 
 
 def test_brax_gif_frames_or_a_one_line_refusal(brax_run, pendulum, tmp_path):
-    """What ``rlpar.tools.evaluate --gif`` needs from the adapter (the episodes themselves are the engine's, tested in
+    """What ``rlpar.evaluate --gif`` needs from the adapter (the episodes themselves are the engine's, tested in
     tests/test_evaluate.py): the renderer check before any episode runs, then frames of brax states."""
     (end, _), _, _ = pendulum
     try:

@@ -42,26 +42,26 @@ def _lines(path: Path) -> int:
 
 
 def test_train_plot_evaluate_and_kill_resume_with_relative_paths(tmp_path):
-    _run(["rlpar.tools.train", *TRAIN, "--run-dir", "runs/cp"], cwd=tmp_path)
+    _run(["rlpar.train", *TRAIN, "--run-dir", "runs/cp"], cwd=tmp_path)
     run_dir = tmp_path / "runs" / "cp"
     assert (run_dir / rundir.CONFIG).is_file() and _lines(run_dir / rundir.METRICS) == NUM_UPDATES
     assert sorted(p.name for p in (run_dir / rundir.CHECKPOINTS).iterdir()) == [str(NUM_UPDATES - 2),
                                                                                  str(NUM_UPDATES)]
 
-    assert "wrote curve.png" in _run(["rlpar.tools.plot", "runs/cp", "--out", "curve.png"], cwd=tmp_path)
+    assert "wrote curve.png" in _run(["rlpar.plot", "runs/cp", "--out", "curve.png"], cwd=tmp_path)
     assert (tmp_path / "curve.png").stat().st_size > 0
-    _run(["rlpar.tools.plot", "runs/cp"], cwd=tmp_path)  # default --out: inside the run dir
+    _run(["rlpar.plot", "runs/cp"], cwd=tmp_path)  # default --out: inside the run dir
     assert (run_dir / "learning_curve.png").is_file()
-    _run(["rlpar.tools.plot", "runs/cp", "--out", "plots/new/curve.png"], cwd=tmp_path)  # a folder that is not there yet
+    _run(["rlpar.plot", "runs/cp", "--out", "plots/new/curve.png"], cwd=tmp_path)  # a folder that is not there yet
     assert (tmp_path / "plots" / "new" / "curve.png").is_file()
 
-    assert "runs/cp: greedy policy, 2 episodes: return" in _run(["rlpar.tools.evaluate", "runs/cp", "--episodes", "2"],
+    assert "runs/cp: greedy policy, 2 episodes: return" in _run(["rlpar.evaluate", "runs/cp", "--episodes", "2"],
                                                                  cwd=tmp_path)
 
     # The same run killed with SIGKILL once it has logged 3 updates (a checkpoint after update 2 is then on disk),
     # resumed by its relative dir: its metrics.jsonl ends byte for byte like the uninterrupted run's.
     killed = tmp_path / "runs" / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "rlpar.tools.train", *TRAIN, "--run-dir", "runs/killed"], cwd=tmp_path,
+    proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *TRAIN, "--run-dir", "runs/killed"], cwd=tmp_path,
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
     while _lines(killed / rundir.METRICS) < 3 and proc.poll() is None and time.monotonic() < deadline:
@@ -71,7 +71,7 @@ def test_train_plot_evaluate_and_kill_resume_with_relative_paths(tmp_path):
     proc.stderr.close()
     assert _lines(killed / rundir.METRICS) < NUM_UPDATES, "the run ended before it could be killed"
 
-    _run(["rlpar.tools.train", "--resume", "runs/killed"], cwd=tmp_path)
+    _run(["rlpar.train", "--resume", "runs/killed"], cwd=tmp_path)
     assert (killed / rundir.METRICS).read_bytes() == (run_dir / rundir.METRICS).read_bytes()
     assert _lines(killed / rundir.TIMING) == NUM_UPDATES
 
