@@ -3,9 +3,9 @@ command is ``rlpar.tools.evaluate`` (loading a run's policy: ``rlpar.tools.polic
 
 import sys
 
-from rlpar.tools.evaluate import Evaluation, Policy, evaluate, load_policy, main, write_gif
+from rlpar.tools.evaluate import Evaluation, Policy, evaluate, load_policy, main, make_episodes, write_gif
 
-__all__ = ["Evaluation", "Policy", "evaluate", "load_policy", "main", "write_gif"]
+__all__ = ["Evaluation", "Policy", "evaluate", "load_policy", "main", "make_episodes", "write_gif"]
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """The chunk loop: compile the run's one chunk program, then run it chunk after chunk, logging each, evaluating and
 checkpointing when due, stopping on Ctrl-C (``Interrupted``) or a scheduler's signal (``preemption.Preempted``).
 
-It imports ``prepare`` (the prepared run's type), ``records`` (each chunk's record) and ``run_state`` (saving a
+It imports ``prepare`` (the prepared run's type), ``records`` (each chunk's record) and ``state`` (saving a
 checkpoint, the non-finite stop), never ``build`` or ``runner``.
 """
 

@@ -1,7 +1,7 @@
 """Before anything compiles: check a run's settings, choose its devices, make its env and slots, and the factory of
 its per-device program; ``check`` is all of that with nothing compiled, written or joined (a dry run).
 
-It imports ``run_config`` and ``run_state`` (for the run dir's checkpoints that ``check`` reads), never the chunk loop
+It imports ``config`` and ``state`` (for the run dir's checkpoints that ``check`` reads), never the chunk loop
 or the compile.
 """
 

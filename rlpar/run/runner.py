@@ -4,8 +4,8 @@ Between calls the host only reads small per-update metrics (and, after an evalua
 returns); environments, acting, learning and evaluating stay on the devices. One program serves the whole run
 (``program.make_chunk``): each call is told how many updates to run and whether to evaluate afterwards.
 ``run`` goes through named phases, each in a module of its own that imports only the ones before it:
-``prepare._prepare`` (check everything, before any compile; the settings are ``run_config.RunConfig``),
-``_open_run_dir`` (``run_state``: checkpoints, the restored state, the logger), ``build._build`` (the chunk program
+``prepare._prepare`` (check everything, before any compile; the settings are ``config.RunConfig``),
+``_open_run_dir`` (``state``: checkpoints, the restored state, the logger), ``build._build`` (the chunk program
 and the init beside it), ``chunks._train`` (chunks, logs, evaluations, checkpoints; each record from ``records``).
 This module only runs them in order; nothing below it imports it. The names other modules import from here are
 re-exported from where they live.

@@ -1,4 +1,4 @@
-"""Agent names for the command line (application layer): ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``, ``ippo``,
+"""Agent names for the command line (the tools layer): ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``, ``ippo``,
 ``mappo``, or ``package.module:ATTR``.
 
 The engine never imports this module or the agents; the CLI, evaluation and resume do.
