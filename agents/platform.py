@@ -1,4 +1,5 @@
-"""The agents' view of ``rlpar.core.platform``: the one switch between the XLA:CPU fast paths and the plain library layers.
+"""The agents' view of ``rlpar.core.platform``: the one switch between the XLA:CPU fast paths and the plain library
+layers.
 
 rlpar trains small networks, and on XLA:CPU three workarounds in the agents are measurably faster than the plain
 flax/optax code, and one in the engine (point 4). Whether each runs is decided in ``rlpar.core.platform``, next to the
@@ -35,8 +36,9 @@ from __future__ import annotations
 
 from rlpar.core.cpu_paths import install
 from rlpar.core.host_cpu import xla_cpu_avx512
-from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths, dense_fast_path,
-                                 fast_paths, forced, plain_layers_requested, raveled_update, resolve, set_fast_paths)
+from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths,
+                                 dense_fast_path, fast_paths, forced, plain_layers_requested, raveled_update, resolve,
+                                 set_fast_paths)
 
 __all__ = ["DENSE_FAST_ROWS_AVX2", "PLAIN_LAYERS_ENV", "conv_as_patches", "cpu_fast_paths", "dense_fast_path",
            "fast_paths", "plain_layers_requested", "raveled_update", "resolve", "set_fast_paths", "xla_cpu_avx512"]

@@ -1,4 +1,5 @@
-"""rlpar.core.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop, and every draw is the same."""
+"""rlpar.core.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop, and every draw is the
+same."""
 
 import jax
 import jax.numpy as jnp

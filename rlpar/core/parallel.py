@@ -16,14 +16,14 @@ A population of trainings (``rlpar.core.seeds``: seeds, swept and searched membe
 devices too (``groups`` > 1, ``--population-devices``): the devices form a 2-D mesh ``POPULATION_AXIS`` x
 ``AXIS_NAME`` (``M x D/M``), each group of ``D/M`` devices holds ``S/M`` of the ``S`` slots and trains them on all of
 their environments, so a gradient's all-reduce spans only the group (none when ``D/M = 1``). The per-device code
-still reduces over ``AXIS_NAME`` alone; what crosses groups goes through ``rlpar.core.collectives.MemberGroups`` (a slot table's own rows, all
-members gathered). State leaves stay ``[D, ...]``, row ``p`` on device ``p`` (group ``p // (D/M)``); on the host
-(``rows_to_host``, checkpoints) they read ``[D/M, S, ...]``, the layout of a one-group run, so a checkpoint names
-slots the same way whatever the groups. Only the shard_map backend builds the 2-D mesh.
+still reduces over ``AXIS_NAME`` alone; what crosses groups goes through ``rlpar.core.collectives.MemberGroups`` (a slot
+table's own rows, all members gathered). State leaves stay ``[D, ...]``, row ``p`` on device ``p`` (group ``p //
+(D/M)``); on the host (``rows_to_host``, checkpoints) they read ``[D/M, S, ...]``, the layout of a one-group run, so a
+checkpoint names slots the same way whatever the groups. Only the shard_map backend builds the 2-D mesh.
 
-Multi-process runs (``rlpar.core.hosts.init_distributed``) use JAX's distributed runtime: ``D`` counts the devices of every process;
-each process builds the rows of its own devices and steps its own devices' environments, and collectives span all
-processes. Outputs are read back via ``out_axes`` and ``addressable_shards`` (this process's rows), never by
+Multi-process runs (``rlpar.core.hosts.init_distributed``) use JAX's distributed runtime: ``D`` counts the devices of
+every process; each process builds the rows of its own devices and steps its own devices' environments, and collectives
+span all processes. Outputs are read back via ``out_axes`` and ``addressable_shards`` (this process's rows), never by
 indexing a global array.
 """
 

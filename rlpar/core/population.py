@@ -133,9 +133,9 @@ def make_round(pbt: PBT, spaces: dict, evaluate: Callable | None,
     update count is a multiple of ``pbt.interval`` below ``pbt.num_updates``, else nothing; ``metrics`` (``[S]``
     each): whether a round ran, the parents, the fitness it ranked (``scored``: False where a member had none) and
     every member's values after it. ``evaluate(state, key)``: the population's greedy evaluation (every member's),
-    for ``pbt.fitness == "eval"``. ``layout``: where the members sit (``rlpar.core.collectives.MemberGroups``); with several
-    device groups the state holds this group's members, and a round gathers every member's fitness, agent state and
-    values (``layout.gather``), ranks and copies on the whole population alike in every group, and keeps its own."""
+    for ``pbt.fitness == "eval"``. ``layout``: where the members sit (``rlpar.core.collectives.MemberGroups``); with
+    several device groups the state holds this group's members, and a round gathers every member's fitness, agent state
+    and values (``layout.gather``), ranks and copies on the whole population alike in every group, and keeps its own."""
 
     def ranked_fitness(state, key):
         if pbt.fitness == "eval":

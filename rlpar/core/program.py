@@ -1,9 +1,9 @@
 """The per-device training program the engine runs for any agent: collect, count episodes, learn; evaluate.
 
 ``make_program(agent, ...)`` returns ``Program(init, update, evaluate)``, pure functions of one device that take the
-device axis as ``axis_name`` like everything per-device; ``rlpar.core.parallel`` maps them over devices, ``rlpar.core.seeds``
-over seeds and swept hyperparameters. ``make_chunk`` turns them into the one program a run compiles: up to
-``log_every`` updates in a loop whose count is an argument, then, when asked, a greedy evaluation;
+device axis as ``axis_name`` like everything per-device; ``rlpar.core.parallel`` maps them over devices,
+``rlpar.core.seeds`` over seeds and swept hyperparameters. ``make_chunk`` turns them into the one program a run
+compiles: up to ``log_every`` updates in a loop whose count is an argument, then, when asked, a greedy evaluation;
 ``rlpar.run.runner`` calls it once per logged chunk.
 """
 
@@ -25,7 +25,8 @@ from rlpar.core.rollout import Experience, RolloutState
 class TrainState:
     """Per-device state of a run: the agent's own state and the collector's (environments, observations, carry,
     acting key). Every leaf has this device's values; the agent's parameters are identical on every device. A run of
-    several slots adds ``population`` (``rlpar.core.population.Members``: each slot's hyperparameters, PBT's counters)."""
+    several slots adds ``population`` (``rlpar.core.population.Members``: each slot's hyperparameters, PBT's
+    counters)."""
 
     agent: Any
     rollout: RolloutState

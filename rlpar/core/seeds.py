@@ -207,9 +207,10 @@ def vmap_slots(make_program: Callable[[Any], Any], config, slots: Slots, axis_na
     ``evaluate`` scores each slot's own policy. State leaves and metrics gain a leading ``[S]`` axis; the members'
     values and PBT's lineage are metrics too (``population.METRIC_PREFIX``), reduced over ``axis_name``.
 
-    With ``layout.groups`` > 1 (``rlpar.core.collectives.MemberGroups``) each device group holds its own share of the slots:
-    the state has ``[S / groups]`` of them, each slot's constants are picked by ``layout.own``, and the metrics and
-    the evaluation come back for all ``S`` slots (``layout.gather``), the same on every device, as with one group."""
+    With ``layout.groups`` > 1 (``rlpar.core.collectives.MemberGroups``) each device group holds its own share of the
+    slots: the state has ``[S / groups]`` of them, each slot's constants are picked by ``layout.own``, and the metrics
+    and the evaluation come back for all ``S`` slots (``layout.gather``), the same on every device, as with one
+    group."""
     from rlpar.core.program import Program
 
     seed_index = np.asarray(slots.seed_index, np.uint32)  # numpy: constants of the traced programs

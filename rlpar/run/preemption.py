@@ -10,7 +10,8 @@ any other, so it ends bit-identical to a run never stopped.
 Two things end the process at once instead, with exit code ``128 + signal`` as an unhandled signal would: the same
 signal a second time, and ``grace_s`` seconds passing after the first one without the run having stopped (a long
 chunk, a slow disk). Neither can damage the newest complete checkpoint: a checkpoint counts only once its commit
-marker is written, after every file of it (``rlpar.run.checkpoint``), and a half-written one is removed at the next start.
+marker is written, after every file of it (``rlpar.run.checkpoint``), and a half-written one is removed at the next
+start.
 
 In a multi-process run the processes agree after every chunk on whether any of them was signalled
 (``hosts.all_processes_agree``), so all of them stop after the same update and save the same checkpoint, even

@@ -31,7 +31,7 @@ class _Prepared(NamedTuple):
     env_params: Any
     make_program: Callable[[str | None], program.Program]  # axis_name -> this run's per-device program
     meta: dict
-    programs: program_cache.Snapshot | None  # what the programs are made from; None: not kept in rlpar.run.program_cache
+    programs: program_cache.Snapshot | None  # what the programs are made from; None: not kept in program_cache
 
 
 def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None,

@@ -26,8 +26,8 @@ from rlpar.run.build import (INIT_COMPILER_OPTIONS, INIT_CPU_COMPILER_OPTIONS, B
 from rlpar.run.chunks import (Hooks, Interrupted, _chunks_done, _control, _Outputs, _Schedule,  # noqa: F401
                               chunk_lengths)
 from rlpar.run.config import RunConfig, check_creatable  # noqa: F401
-from rlpar.run.prepare import (Plan, _describe, _prepare, _Prepared, check, check_agent, config_env_kwargs,  # noqa: F401
-                               make_program_factory, make_slots)
+from rlpar.run.prepare import (Plan, _describe, _prepare, _Prepared, check, check_agent,  # noqa: F401
+                               config_env_kwargs, make_program_factory, make_slots)
 from rlpar.run.records import add_members, evaluation_stats, mean_recent_return, summarize  # noqa: F401
 from rlpar.run.state import (_check_every_process_sees, _open_checkpoints, _open_logger, _previous_records,
                              _restore)
@@ -51,11 +51,12 @@ def train(spec: AgentSpec, config, env="CartPole-v1", *, on_log=None, **run_opti
 def make_train(spec: AgentSpec, default_env: str) -> Callable[..., Any]:
     """The library entry point every agent package exports as ``train``:
     ``train(config=None, env=default_env, **run_options) -> TrainResult``. ``config=None`` takes the env's preset
-    where the config has presets (``config_cls.for_env(env)``, as the command line does), else the config's defaults; a config you pass is used as it is. ``env`` is an id (``"CartPole-v1"``,
-    a registered id, ``"package.module:factory"``) or a gymnax-API environment instance (or ``(env, env_params)``).
-    ``run_options`` are ``RunConfig`` fields (``devices``, ``run_dir``, ``log_every``, ``num_seeds``,
-    ``sweep``, ``checkpoint_every``, ...) and ``on_log`` (called with each logged record). Bad settings raise a
-    one-line ``ValueError`` before anything compiles."""
+    where the config has presets (``config_cls.for_env(env)``, as the command line does), else the config's
+    defaults; a config you pass is used as it is. ``env`` is an id (``"CartPole-v1"``, a registered id,
+    ``"package.module:factory"``) or a gymnax-API environment instance (or ``(env, env_params)``). ``run_options``
+    are ``RunConfig`` fields (``devices``, ``run_dir``, ``log_every``, ``num_seeds``, ``sweep``,
+    ``checkpoint_every``, ...) and ``on_log`` (called with each logged record). Bad settings raise a one-line
+    ``ValueError`` before anything compiles."""
 
     def train_agent(config=None, env=default_env, **run_options):
         if config is None:
@@ -63,7 +64,8 @@ def make_train(spec: AgentSpec, default_env: str) -> Callable[..., Any]:
             config = for_env(env if isinstance(env, str) else "") if for_env else spec.config_cls()
         return train(spec, config, env, **run_options)
 
-    train_agent.__doc__ = f"Train {spec.name} from Python (default env {default_env!r}); see ``rlpar.agent.make_train``."
+    train_agent.__doc__ = (f"Train {spec.name} from Python (default env {default_env!r}); see "
+                           "``rlpar.agent.make_train``.")
     train_agent.__name__ = train_agent.__qualname__ = "train"
     return train_agent
 

@@ -42,8 +42,8 @@ def is_population(meta: dict) -> bool:
 
 
 def resolve_slot(run_dir: str | Path, meta: dict, slot: int | str | None) -> int:
-    """``slot`` as an index: ``"best"`` is the fittest member at the end (``rlpar.core.population.best_member``: the best
-    ranked at the last PBT round, else by the last evaluation or training return); ``None`` is ``"best"`` for a
+    """``slot`` as an index: ``"best"`` is the fittest member at the end (``rlpar.core.population.best_member``: the
+    best ranked at the last PBT round, else by the last evaluation or training return); ``None`` is ``"best"`` for a
     population run and 0 otherwise. ``ValueError`` naming a slot the run does not have."""
     from rlpar.core import population
 
