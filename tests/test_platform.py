@@ -142,7 +142,7 @@ def test_the_docs_table_names_every_choice():
     text = DOCS.read_text()
     section = text[text.index("## What each backend runs, and why"):]
     section = section[:section.index("\n## ", 1)]
-    named = set(re.findall(r"`rlpar\.platform\.(\w+)`", section))
+    named = set(re.findall(r"`rlpar\.core\.platform\.(\w+)`", section))
     assert set(CHOICES) | {"init_compiler_options"} <= named
     assert all(callable(getattr(platform, name)) for name in named)
 
