@@ -2,8 +2,8 @@
 ``import agents; agents.ppo.train(agents.PPOConfig(), "CartPole-v1")``.
 
 Each agent package exports ``SPEC`` (an ``rlpar.agent.AgentSpec``); the CLI finds them by name through
-``rlpar.registry``: ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``. Shared pieces: ``agents.networks`` (MLP/CNN torsos,
-actor-critic), ``agents.optim`` (the optimizer chain), ``agents.advantages`` (GAE), ``agents.normalization``
+``rlpar.tools.registry``: ``ppo``, ``ppo_rnn``, ``pqn``, ``dqn``, ``sac``. Shared pieces: ``agents.networks`` (MLP/CNN
+torsos, actor-critic), ``agents.optim`` (the optimizer chain), ``agents.advantages`` (GAE), ``agents.normalization``
 (observation statistics), ``agents.replay`` (on-device replay, target networks: DQN and SAC), ``agents.spaces``
 (which agents take which action spaces), ``agents.layers`` and ``agents.platform`` (the XLA:CPU fast paths and
 their switch).

@@ -6,7 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from rlpar.collectives import pmean
+from rlpar.core.collectives import pmean
 
 
 def gae(

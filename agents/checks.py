@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from agents.networks import ACTIVATIONS
-from rlpar.agent import config_field
+from rlpar.core.agent import config_field
 
 
 def positive_ints(config, *names: str) -> None:

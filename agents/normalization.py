@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rlpar.collectives import pmean, psum
+from rlpar.core.collectives import pmean, psum
 
 
 @struct.dataclass

@@ -1,7 +1,8 @@
-"""The agents' view of ``rlpar.platform``: the one switch between the XLA:CPU fast paths and the plain library layers.
+"""The agents' view of ``rlpar.core.platform``: the one switch between the XLA:CPU fast paths and the plain library
+layers.
 
 rlpar trains small networks, and on XLA:CPU three workarounds in the agents are measurably faster than the plain
-flax/optax code, and one in the engine (point 4). Whether each runs is decided in ``rlpar.platform``, next to the
+flax/optax code, and one in the engine (point 4). Whether each runs is decided in ``rlpar.core.platform``, next to the
 figure that chose it (and tabulated in ``docs/accelerators.md``, "What each backend runs, and why"):
 
 1. ``agents.layers.Dense``: a matmul whose backward is a ``jax.custom_vjp`` that computes the kernel gradient from an
@@ -10,8 +11,8 @@ figure that chose it (and tabulated in ``docs/accelerators.md``, "What each back
 2. ``agents.layers.Conv3x3``: a 3x3 convolution written as a dense layer over 3x3 patches (``conv_as_patches``).
 3. The optimizer step (``agents.ppo.learner``, with ``agents.optim``'s chain): the update run on all parameters
    raveled into one vector, a few fused kernels per step instead of a few per parameter array (``raveled_update``).
-4. ``jax.random``'s threefry hash unrolled instead of run as a five-iteration loop (``rlpar.cpu_paths``, with
-   ``rlpar.platform.threefry_unrolled``: the engine's collector draws random numbers in every step).
+4. ``jax.random``'s threefry hash unrolled instead of run as a five-iteration loop (``rlpar.core.cpu_paths``, with
+   ``rlpar.core.platform.threefry_unrolled``: the engine's collector draws random numbers in every step).
 
 Each trick costs something a JAX user expects: a ``custom_vjp`` has no forward-mode rule, so ``jax.jvp`` and
 ``jax.hessian`` fail through it; the tricks were measured on float32 only; and on GPU/TPU the library layers are the
@@ -33,9 +34,11 @@ switch before building and tracing, not between calls of a compiled function.
 
 from __future__ import annotations
 
-from rlpar.cpu_paths import install, xla_cpu_avx512
-from rlpar.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths, dense_fast_path,
-                            fast_paths, forced, plain_layers_requested, raveled_update, resolve, set_fast_paths)
+from rlpar.core.cpu_paths import install
+from rlpar.core.host_cpu import xla_cpu_avx512
+from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths,
+                                 dense_fast_path, fast_paths, forced, plain_layers_requested, raveled_update, resolve,
+                                 set_fast_paths)
 
 __all__ = ["DENSE_FAST_ROWS_AVX2", "PLAIN_LAYERS_ENV", "conv_as_patches", "cpu_fast_paths", "dense_fast_path",
            "fast_paths", "plain_layers_requested", "raveled_update", "resolve", "set_fast_paths", "xla_cpu_avx512"]

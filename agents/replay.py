@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from agents import checks
-from rlpar.agent import AgentConfig, config_field
-from rlpar.rollout import Experience
+from rlpar.core.agent import AgentConfig, config_field
+from rlpar.core.rollout import Experience
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ Two ways, one contract (each element equally likely at each position; ``tests/te
 - ``"sort"``, everywhere else: ``jax.random.permutation`` (random sort keys, sorted).
 
 Which one a trace takes, how many rows of a time step move together (``block_size``) and how ``minibatches``
-gathers them are decided in ``rlpar.platform`` (``shuffle_method``, ``shuffle_block``, ``gather_layout``), with the
+gathers them are decided in ``rlpar.core.platform`` (``shuffle_method``, ``shuffle_block``, ``gather_layout``), with the
 measurements behind each; ``method``, ``block_size``, ``set_method``, ``set_block`` and ``using`` here are those
 answers and their forcing hooks (benchmarks compare them on one backend).
 
@@ -38,13 +38,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from rlpar import platform
-from rlpar.platform import BLOCK_MAX, GATHER_LAYOUTS, LANES, MIN_UNITS, SHUFFLE_METHODS  # noqa: F401 (re-exported)
+from rlpar.core import platform
+from rlpar.core.platform import BLOCK_MAX, GATHER_LAYOUTS, LANES, MIN_UNITS, SHUFFLE_METHODS  # noqa: F401 (re-exported)
 
 ROUNDS = 6
 SMALL = 32  # fewer elements than this: jax.random.permutation
 METHODS = SHUFFLE_METHODS
-LAYOUTS = ("auto",) + GATHER_LAYOUTS  # using(layout=...): "auto" lets rlpar.platform.gather_layout decide
+LAYOUTS = ("auto",) + GATHER_LAYOUTS  # using(layout=...): "auto" lets rlpar.core.platform.gather_layout decide
 
 method = platform.shuffle_method  # (platform=None) -> "feistel" or "sort", for a trace now
 set_method = platform.set_shuffle_method  # force one of METHODS for everything traced from now on; None: by platform
@@ -73,7 +73,7 @@ def minibatches(x: jax.Array, order: jax.Array, num_minibatches: int, block: int
     with each row flattened (``F`` = the product of ``x.shape[1:]``; ``restore`` gives rows their shape back).
 
     The gather reads flat rows, blocks of narrow rows as one flat row of ``block * F``, blocks of wide rows as
-    ``[block, F]`` slabs (``rlpar.platform.gather_layout``, which says why; ``"shaped"``, rows in their own shape,
+    ``[block, F]`` slabs (``rlpar.core.platform.gather_layout``, which says why; ``"shaped"``, rows in their own shape,
     only when forced, to measure against). Sizes are spelled out: a leaf may be empty (``[N, 0]``)."""
     n, rest = x.shape[0], x.shape[1:]
     width = math.prod(rest)

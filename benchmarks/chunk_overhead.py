@@ -2,7 +2,7 @@
 
 - ``bare``: ``program.update`` under ``jax.jit`` + ``lax.scan`` (what ``profile_update.py`` times as ``update``);
 - ``chunk``: ``program.make_chunk`` under ``jax.jit`` (``fori_loop`` over a traced update count, the finiteness flag
-  of ``rlpar.guard``, the evaluation branch not taken);
+  of ``rlpar.run.guard``, the evaluation branch not taken);
 - ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called as the runner does.
 
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
@@ -31,7 +31,9 @@ def main(argv=None) -> int:
     import numpy as np
 
     from agents.ppo import PPOConfig
-    from rlpar import guard, parallel, program, registry, runner
+    from rlpar.run import guard, runner
+    from rlpar.core import parallel, program
+    from rlpar.tools import registry
 
     k, config = args.updates, PPOConfig.for_env(args.env)
     run_config = runner.RunConfig(env=args.env, compile_cache="off", log_every=k, devices=1)

@@ -1,5 +1,5 @@
 """What a gradient all-reduce costs on this host: one PPO minibatch gradient step on 2 devices, with the gradient
-and loss statistics reduced leaf by leaf (``jax.lax.pmean`` on the pytree), raveled (``rlpar.collectives.pmean``),
+and loss statistics reduced leaf by leaf (``jax.lax.pmean`` on the pytree), raveled (``rlpar.core.collectives.pmean``),
 or not at all; plus one isolated all-reduce of a single float.
 
 Each figure is the median over ``--repeats`` calls of a compiled ``scan`` of ``--steps`` steps, divided by the steps.
@@ -30,9 +30,9 @@ def main(argv=None) -> int:
     common.add_out_argument(parser, "collective_cost")
     args = parser.parse_args(argv)
 
-    from rlpar import parallel
+    from rlpar.core import hosts, parallel
 
-    parallel.request_cpu_devices(args.devices)
+    hosts.request_cpu_devices(args.devices)
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -42,9 +42,9 @@ def main(argv=None) -> int:
     from agents.ppo import Batch, PPOConfig, make_ppo
     from agents.ppo.loss import ppo_loss
     from agents.networks import ActorCritic
-    from rlpar import collectives
+    from rlpar.core import collectives
 
-    devices, axis = parallel.select_devices(args.devices), parallel.AXIS_NAME
+    devices, axis = hosts.select_devices(args.devices), parallel.AXIS_NAME
     config = PPOConfig()
     env, env_params = envs.make("CartPole-v1")
     network = make_ppo(config, env, env_params, config.num_envs, None).network
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
 
     reductions = {
         "leaf by leaf (jax.lax.pmean on the pytree)": lambda t: jax.lax.pmean(t, axis),
-        "raveled (rlpar.collectives.pmean)": lambda t: collectives.pmean(t, axis),
+        "raveled (rlpar.core.collectives.pmean)": lambda t: collectives.pmean(t, axis),
         "none (arithmetic only)": lambda t: t,
     }
     rows = lambda tree: jax.tree.map(lambda x: np.stack([np.asarray(x)] * len(devices)), tree)  # noqa: E731

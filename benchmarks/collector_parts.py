@@ -6,9 +6,9 @@ difference. Every variant below is timed in one process, the variants taking tur
 
 - ``engine``: the collector as training builds it (PPO's ``act`` and ``bootstrap``, ``envs.make``'s wrappers);
 - ``engine, keys up front`` / ``engine, keys per step``: each key schedule forced (the platform picks one by size,
-  ``rlpar.rollout.keys_up_front``): every step's keys split before the scan, or each step splitting its own;
+  ``rlpar.core.rollout.keys_up_front``): every step's keys split before the scan, or each step splitting its own;
 - ``engine, unroll 1`` / ``2`` / ``4``: the collect's scan one, two or four steps per iteration (the platform
-  picks one, ``rlpar.rollout.scan_unroll``);
+  picks one, ``rlpar.core.rollout.scan_unroll``);
 - ``engine, no final``: no ``bootstrap`` (no final observation held, no truncation bootstrap after the scan);
 - ``engine, no spill branch``: the ``lax.cond`` that bootstraps an environment truncated twice in one collect
   replaced by its idle branch (what the branch costs when it is never taken; not a correct collector);
@@ -36,7 +36,7 @@ def _no_spill_branch():
     """The collector's twice-truncated branch replaced by its idle branch while programs are traced."""
     import jax
 
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     saved = rollout._hold_final
 
@@ -56,20 +56,20 @@ def _no_spill_branch():
 
 
 def _keys(up_front: bool):
-    from rlpar import platform
+    from rlpar.core import platform
 
     return platform.forcing(keys_up_front=up_front)
 
 
 def _unrolled(steps: int):
-    from rlpar import platform
+    from rlpar.core import platform
 
     return platform.forcing(collector_unroll=steps)
 
 
 def make_engine_without_final(env_id, num_local_envs, num_steps, hidden_sizes, calls):
     """``rollout_sps.make_engine`` with no ``bootstrap`` handed to the collector."""
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     saved = rollout.make_collector
 
@@ -124,7 +124,7 @@ def variants() -> dict:
 
 
 def measure(args, num_envs: int, devices) -> list[dict]:
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     calls = args.calls or max(1, args.min_steps_per_call // (num_envs * args.num_steps))
     chosen = variants()
@@ -169,9 +169,9 @@ def main(argv=None) -> int:
     unknown = sorted(set(args.only) - set(variants()))
     if unknown:
         parser.error(f"--only: {unknown[0]!r} is not a variant; expected some of: {'; '.join(variants())}")
-    from rlpar import parallel
+    from rlpar.core import hosts
 
-    devices = parallel.select_devices(1)
+    devices = hosts.select_devices(1)
     for num_envs in (int(n) for n in args.num_envs.split(",")):
         records = measure(args, num_envs, devices)
         for record in records:

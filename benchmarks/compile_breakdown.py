@@ -35,8 +35,9 @@ def _programs():
 
     import envs
     from agents.ppo import SPEC, PPOConfig
-    from rlpar import guard, program, rollout
-    from rlpar.rollout import Experience
+    from rlpar.run import guard
+    from rlpar.core import program, rollout
+    from rlpar.core.rollout import Experience
 
     config = PPOConfig.for_env("CartPole-v1")
     env, env_params = envs.make("CartPole-v1")

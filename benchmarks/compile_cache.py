@@ -2,7 +2,7 @@
 
 Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process three times: first
 with a new, empty ``--compile-cache`` directory, then again with the same directory (the whole programs come from
-``rlpar.program_cache``), then once more with its ``programs/`` removed (JAX's cache only: traced and lowered, then
+``rlpar.run.program_cache``), then once more with its ``programs/`` removed (JAX's cache only: traced and lowered, then
 looked up, as every warm run went before the program cache). Reported per run: the compile time
 and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
 update, the done line's figure, as ``timing.jsonl``'s ``startup_s``; no ``--run-dir``: the README's command as written) and the whole command's wall time. Medians over rounds, and the ratio warm /

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from agents import platform
     from agents.ppo import make_ppo
-    from rlpar.program import make_program
+    from rlpar.core.program import make_program
 
     config, env, env_params = common.ppo_setup(parser, args)
     programs = {}

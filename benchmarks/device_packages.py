@@ -30,7 +30,7 @@ GROUPS = ("machine", "shared", "rlpar", "rejax")
 # What each side's programs import at start, and the gymnax major version it needs (rejax 0.1 unpacks gymnax 0.0's
 # five-value step; rlpar needs 1.0's six values). rlpar's modules come from the working tree.
 SIDES = {
-    "rlpar": (("gymnax", "flax", "optax", "chex", "matplotlib", "rlpar.runner", "agents.ppo", "envs"), 1),
+    "rlpar": (("gymnax", "flax", "optax", "chex", "matplotlib", "rlpar.run.runner", "agents.ppo", "envs"), 1),
     "rejax": (("gymnax", "flax", "optax", "distrax", "seaborn", "matplotlib.pyplot", "rejax"), 0),
 }
 

@@ -104,7 +104,7 @@ def random_team_return(env_id: str, episodes: int, seed: int = 0) -> float:
     import jax.numpy as jnp
 
     import envs
-    from rlpar import episodes as engine_episodes
+    from rlpar.core import episodes as engine_episodes
 
     env, env_params = envs.make(env_id)
 
@@ -117,7 +117,7 @@ def random_team_return(env_id: str, episodes: int, seed: int = 0) -> float:
 
 
 def rlpar_row(args, env: str, budget: int, target: float, extra: list[str]) -> dict:
-    from rlpar import evaluate
+    from rlpar.tools import evaluate
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(args.keep).resolve() / env if args.keep else Path(tmp) / "run"

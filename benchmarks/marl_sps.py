@@ -1,8 +1,8 @@
 """IPPO on a JaxMARL env (default MPE simple spread, JaxMARL's ``ippo_ff_mpe`` sizes): collector overhead against a
 bare vmap + scan loop over the same jaxmarl env, and end-to-end training SPS, on 1 and 2 devices, in one run.
 
-- ``engine``: ``envs.make("marl-...")`` (the team adapter + EpisodeStatistics) and ``rlpar.rollout.make_collector``
-  driven by the ippo agent's own ``act`` and ``bootstrap``, as ``rlpar.program`` builds it for training;
+- ``engine``: ``envs.make("marl-...")`` (the team adapter + EpisodeStatistics) and ``rlpar.core.rollout.make_collector``
+  driven by the ippo agent's own ``act`` and ``bootstrap``, as ``rlpar.core.program`` builds it for training;
 - ``bare``: ``jaxmarl.make(NAME)`` with JaxMARL's own auto-resetting ``step`` (dicts keyed by agent) under
   ``jax.vmap`` inside ``jax.lax.scan``, the same shared network acting on the agents' stacked observations, keeping
   observations, actions, log-probs, values, rewards and dones;
@@ -39,7 +39,7 @@ def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, 
 
     import envs
     from agents.team import make_ippo
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     env, env_params = envs.make(env_id)
     config = _config(env_id, num_local_envs, num_steps)
@@ -146,12 +146,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     counts = [int(d) for d in args.devices.split(",")]
 
-    from rlpar import parallel
+    from rlpar.core import hosts
 
-    parallel.request_cpu_devices(max(counts))
+    hosts.request_cpu_devices(max(counts))
     progress = common.Rows(2 * len(counts))
     for count in counts:
-        devices = parallel.select_devices(count)
+        devices = hosts.select_devices(count)
         progress.start(f"collector, engine and bare, {count} device(s)")
         programs = {name: rollout_sps.prepare(make, devices, args.env, args.num_envs, args.num_steps, None,
                                               args.calls, args.min_repeat_s)

@@ -1,6 +1,6 @@
 """How an agent's memory grows with envs (and steps, and slots), and the largest env count that fits one device.
 
-For each env count (doubling from ``--start``) one update of the training program (``rlpar.program.make_program``:
+For each env count (doubling from ``--start``) one update of the training program (``rlpar.core.program.make_program``:
 collect, then the agent's ``learn``, as a run compiles it) is compiled for this device, never run, and XLA's
 compiled memory analysis read: arguments (the training state), outputs, temporaries and generated code. The first
 count whose compile fails (XLA refuses a program that cannot fit: ``RESOURCE_EXHAUSTED``) or whose total passes the
@@ -27,8 +27,8 @@ def analyse(spec, config, env, env_params, num_envs: int, slots: int) -> dict:
     """Compile one update for ``num_envs`` envs (``slots`` of them vmapped); its memory in bytes, or the error."""
     import jax
 
-    from rlpar import errors
-    from rlpar.program import make_program
+    from rlpar.tools import errors
+    from rlpar.core.program import make_program
 
     config = config.replace(num_envs=num_envs, total_timesteps=num_envs * config.num_steps)
     agent = spec.make(config, env, env_params, num_envs, None)
@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     import jax
 
     import envs
-    from rlpar import registry
+    from rlpar.tools import registry
 
     spec = registry.get(args.agent)
     for_env = getattr(spec.config_cls, "for_env", None)

@@ -8,7 +8,7 @@ member, evaluated greedily once, after the last update (``--eval-episodes`` epis
 - ``pbt``: the same members with ``--pbt`` at its defaults (about ten rounds, quantile 0.25, resample 0.25, fitness:
   training return).
 
-Reported per run: the final greedy return of its best member (``rlpar.population.best_member``: for PBT the fittest
+Reported per run: the final greedy return of its best member (``rlpar.core.population.best_member``: for PBT the fittest
 at the last round, chosen before the final evaluation; for the search the member with the best final evaluation,
 chosen on the number it reports, which favours the search), the median and maximum over members, compile and
 training seconds. The last line gives the median over seeds of each arm.
@@ -30,7 +30,7 @@ SEARCH = "lr=log:1e-4..1e-2 ent_coef=0..0.05 gae_lambda=0.8..1"
 
 def run_arm(arm: str, env: str, seed: int, args) -> dict:
     import agents
-    from rlpar import population
+    from rlpar.core import population
 
     config = agents.PPOConfig.for_env(env).replace(seed=seed, total_timesteps=args.budget)
     options = dict(eval_every=config.num_updates, eval_episodes=args.eval_episodes, log_every=args.log_every)

@@ -30,9 +30,9 @@ CASES = {
 
 def worker(agent: str, devices: int, groups: int, members: int, budget: int, log_every: int) -> dict:
     """One training of the population in this process (its first JAX work: the device count is still free)."""
-    from rlpar import parallel
+    from rlpar.core import hosts
 
-    parallel.request_cpu_devices(devices)
+    hosts.request_cpu_devices(devices)
     import agents
 
     changes, search, _ = CASES[agent]

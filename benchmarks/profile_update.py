@@ -2,9 +2,9 @@
 
 Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``--updates`` per compiled call):
 
-- ``update``: ``rlpar.program.make_program(agent, ...).update`` for the PPO agent (``agents.ppo.make_ppo``), the
+- ``update``: ``rlpar.core.program.make_program(agent, ...).update`` for the PPO agent (``agents.ppo.make_ppo``), the
   whole per-device step the runner maps: collect, then ``PPO.learn``;
-- ``collect``: ``rlpar.rollout.make_collector`` with PPO's ``act`` and ``bootstrap``, as the program builds it;
+- ``collect``: ``rlpar.core.rollout.make_collector`` with PPO's ``act`` and ``bootstrap``, as the program builds it;
 - ``advantages``: the last observation's value and GAE (``agents.advantages.gae``) on one collected batch;
 - ``shuffles``: every epoch's permutation (``agents.shuffle.permutation``) and the gathers of the batch into
   minibatches;
@@ -54,8 +54,8 @@ def main(argv=None) -> int:
     from agents import shuffle
     from agents.ppo import make_ppo
     from agents.ppo.learner import Batch
-    from rlpar import rollout
-    from rlpar.program import make_program
+    from rlpar.core import rollout
+    from rlpar.core.program import make_program
 
     config, env, env_params = common.ppo_setup(parser, args)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)

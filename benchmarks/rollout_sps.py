@@ -3,14 +3,14 @@
 Both programs step ``num_envs`` environments (split evenly over the devices) for ``num_steps`` steps per call with
 the same PPO actor-critic network choosing the actions; nothing learns. They differ only in what the engine adds:
 
-- engine: ``envs.make`` (FlattenObservation + EpisodeStatistics) and ``rlpar.rollout.make_collector`` driven by the
+- engine: ``envs.make`` (FlattenObservation + EpisodeStatistics) and ``rlpar.core.rollout.make_collector`` driven by the
   PPO agent's own ``act`` and ``bootstrap`` (``agents.ppo.make_ppo``, state from its ``init``), exactly as
-  ``rlpar.program`` builds it for training; its ``Transition`` also carries episode statistics, ``final`` (the
+  ``rlpar.core.program`` builds it for training; its ``Transition`` also carries episode statistics, ``final`` (the
   critic at the final observation of truncated steps) and ``extras`` (log-prob and value);
 - bare: raw ``gymnax.make`` stepped by ``jax.vmap`` inside ``jax.lax.scan``, keeping obs, action, log-prob, value,
   reward, terminated and truncated.
 
-Both are mapped over devices with ``rlpar.parallel`` and keep their whole trajectory as output (so XLA cannot drop
+Both are mapped over devices with ``rlpar.core.parallel`` and keep their whole trajectory as output (so XLA cannot drop
 any of it). Compilation is timed separately; after one warm-up call, each repeat runs enough calls to last about
 ``--min-repeat-s`` and is timed with ``jax.block_until_ready``; the two programs take turns repeat by repeat, and
 the median over repeats is reported.
@@ -105,14 +105,14 @@ def _repeated(collect, calls: int):
 
 
 def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, calls: int):
-    """``(make_init, make_step)`` for ``rlpar.parallel``: the engine's collector with PPO's ``act`` and
-    ``bootstrap``, as ``rlpar.program.make_program`` wires them, ``calls`` collects per step."""
+    """``(make_init, make_step)`` for ``rlpar.core.parallel``: the engine's collector with PPO's ``act`` and
+    ``bootstrap``, as ``rlpar.core.program.make_program`` wires them, ``calls`` collects per step."""
     import jax
     import jax.numpy as jnp
 
     import envs
     from agents.ppo import make_ppo
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     env, env_params = envs.make(env_id)
     config = ppo_config(num_local_envs, num_steps, hidden_sizes)
@@ -127,7 +127,7 @@ def make_engine(env_id: str, num_local_envs: int, num_steps: int, hidden_sizes, 
         ppo, collect = build(axis_name)
 
         def init(key_params, key_device):
-            key_env, key_agent = jax.random.split(key_device)  # as rlpar.program's init
+            key_env, key_agent = jax.random.split(key_device)  # as rlpar.core.program's init
             agent = ppo.init(key_params, key_agent)
             state = rollout.reset(env, env_params, key_env, num_local_envs, ppo.initial_carry(num_local_envs))
             traj_shape = jax.eval_shape(collect, agent, state)[1]
@@ -190,7 +190,7 @@ def prepare(make, devices, env_id, num_envs, num_steps, hidden_sizes, calls, min
     """Build, compile (timed) and warm up one program; size its repeats to last about ``min_repeat_s``."""
     import jax
 
-    from rlpar import parallel
+    from rlpar.core import parallel
 
     make_init, make_step = make(env_id, num_envs // len(devices), num_steps, hidden_sizes, calls)
     state = parallel.map_init(make_init, devices)(jax.random.PRNGKey(seed), jax.random.PRNGKey(seed + 1))
@@ -366,10 +366,10 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if len(args.devices) > 1:
         return each_device_count(args, argv)
-    from rlpar import parallel
+    from rlpar.core import hosts
 
-    parallel.request_cpu_devices(args.devices[0])  # before the first JAX computation
-    devices = parallel.select_devices(args.devices[0])
+    hosts.request_cpu_devices(args.devices[0])  # before the first JAX computation
+    devices = hosts.select_devices(args.devices[0])
     sizes = [n for n in args.num_envs if n % len(devices) == 0]
     for num_envs in sorted(set(args.num_envs) - set(sizes)):
         print(f"# skip num_envs={num_envs}: not divisible by {len(devices)} devices", flush=True)

@@ -74,7 +74,7 @@ def main(argv=None) -> int:
 
     from agents import shuffle
     from agents.ppo import make_ppo
-    from rlpar.program import make_program
+    from rlpar.core.program import make_program
 
     config, env, env_params = common.ppo_setup(parser, args)
     config = config.replace(total_timesteps=max(config.total_timesteps, config.batch_size * args.updates))

@@ -1,6 +1,6 @@
 """End-to-end PPO training speed: environment steps per second and wall-clock time to a target return.
 
-Runs ``rlpar.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads its per-chunk metrics records:
+Runs ``rlpar.run.runner.run`` (what ``python -m rlpar.train ppo`` runs) and reads its per-chunk metrics records:
 
 - ``sps_end_to_end``: all env steps / all training seconds (compilation excluded, reported as ``compile_s``);
 - ``sps_median``, quartiles, min/max: over the logged chunks (``--log-every`` updates each);
@@ -44,10 +44,10 @@ def time_to_target(records: list[dict], target: float) -> tuple[float | None, in
 def train_record(config, run_config, target: float) -> dict:
     """Train once; one result record."""
     import agents
-    from rlpar import parallel
-    from rlpar.runner import mean_recent_return, run
+    from rlpar.core import hosts
+    from rlpar.run.runner import mean_recent_return, run
 
-    devices = parallel.select_devices(run_config.devices)
+    devices = hosts.select_devices(run_config.devices)
     result = run(agents.ppo.SPEC, config, run_config)
     records = result.metrics
     train_s = sum(r["time_s"] for r in records)
@@ -86,13 +86,13 @@ def parse_args(argv=None):
     early.add_argument("--devices", type=int, default=1)
     early.add_argument("--env", default=None)
     known = early.parse_known_args(argv)[0]
-    from rlpar import parallel
+    from rlpar.core import hosts
 
-    parallel.request_cpu_devices(known.devices)
+    hosts.request_cpu_devices(known.devices)
 
     from agents.ppo import PPOConfig
-    from rlpar import cli
-    from rlpar.runner import RunConfig
+    from rlpar.tools import cli
+    from rlpar.run.runner import RunConfig
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target-return", type=float, default=475.0, help="return that counts as solved")

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from rlpar.episodes import UNSHAPED_REWARD
+from envs.wrappers import UNSHAPED_REWARD
 
 PREFIX = "marl-"
 

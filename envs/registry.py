@@ -17,9 +17,9 @@ from typing import Any
 from envs import suites
 from envs.adapters import adapt_step
 from envs.deferred import import_gymnax
+from envs.errors import from_user_code
 from envs.probes import PROBES
 from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
-from rlpar.errors import from_user_code
 
 # id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
 _FACTORIES: dict[str, Callable[..., Any]] = {}
@@ -87,8 +87,8 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
 
 def built_in(env_id: str) -> bool:
     """Whether ``make(env_id)`` builds one of rlpar's own envs: a gymnax or suite id or a probe, not replaced by
-    ``register``; not ``package.module:attribute``, nor an id added with ``register``. ``rlpar.program_cache`` serves
-    saved programs only for these: their code reads nothing its key does not cover."""
+    ``register``; not ``package.module:attribute``, nor an id added with ``register``. ``rlpar.run.program_cache``
+    serves saved programs only for these: their code reads nothing its key does not cover."""
     return isinstance(env_id, str) and ":" not in env_id and env_id not in _REGISTERED
 
 

@@ -17,7 +17,14 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from rlpar.episodes import own_reward
+UNSHAPED_REWARD = "unshaped_reward"  # info key: the env's own reward where the returned one is shaped for learning
+
+
+def own_reward(reward: Any, info: Any) -> Any:
+    """The reward an episode's return counts: ``info["unshaped_reward"]`` where the env shapes the reward it returns
+    for learning (``envs.marl_suite``'s reward shaping), else ``reward`` itself."""
+    return info.get(UNSHAPED_REWARD, reward) if isinstance(info, Mapping) else reward
+
 
 # gymnax is imported inside the functions that need its spaces: ``import gymnax`` starts JAX's backends, and
 # importing ``envs`` must not (the CLI sets devices and platforms after importing the package).

@@ -26,8 +26,8 @@ from flax import struct
 from agents.advantages import gae
 from agents.networks import ActorCritic, make_network
 from rlpar.agent import AgentConfig, AgentFunctions, AgentSpec, config_field, make_train
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @dataclass(frozen=True)

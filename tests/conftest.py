@@ -53,7 +53,7 @@ TINY_RUN_ARGV = [
 
 @pytest.fixture(scope="session")
 def tiny_run_dir(tmp_path_factory):
-    from rlpar import train
+    from rlpar.tools import train
 
     run_dir = tmp_path_factory.mktemp("tiny") / "run"
     assert train.main([*TINY_RUN_ARGV, "--run-dir", str(run_dir)]) == 0
@@ -101,7 +101,7 @@ def killed_run(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_run(killed_run, request, tmp_path_factory):
     """The test module's ``TINY_ARGV`` run whole through the CLI in this process; its run dir."""
-    from rlpar import train
+    from rlpar.tools import train
 
     run_dir = tmp_path_factory.mktemp("tiny_run") / "run"
     assert train.main([*request.module.TINY_ARGV, "--run-dir", str(run_dir)]) == 0
@@ -110,8 +110,8 @@ def tiny_run(killed_run, request, tmp_path_factory):
 
 def final_state(run_dir):
     """The newest checkpoint's whole state (host arrays) of a run dir."""
-    from rlpar import rundir
-    from rlpar.checkpoint import Checkpoints
+    from rlpar.run import rundir
+    from rlpar.run.checkpoint import Checkpoints
 
     checkpoints = Checkpoints(run_dir / rundir.CHECKPOINTS)
     return checkpoints.restore(checkpoints.latest()).state
@@ -124,9 +124,9 @@ def resume_and_compare(killed_run_dir, proc, uninterrupted_run_dir, killed_befor
 
     import numpy as np
 
-    from rlpar import rundir
-    from rlpar import train as train_cli
-    from rlpar.checkpoint import Checkpoints
+    from rlpar.run import rundir
+    from rlpar.run.checkpoint import Checkpoints
+    from rlpar.tools import train as train_cli
 
     _, stderr = proc.communicate(timeout=300)
     assert proc.returncode == -signal.SIGKILL, stderr[-2000:]

@@ -4,7 +4,7 @@ usage: python tests/distributed_worker.py OUT_FILE [--agent NAME] [python -m rlp
 
 ``NAME`` is one of rlpar's agents (default ``ppo``). Takes the same flags as the CLI (``--coordinator``,
 ``--num-processes``, ``--process-id``, ...), trains with
-``rlpar.runner.run`` and saves what the test compares into ``OUT_FILE`` (an ``.npz``):
+``rlpar.run.runner.run`` and saves what the test compares into ``OUT_FILE`` (an ``.npz``):
 
 - ``param:<tree path>``: the final parameters, one array per leaf;
 - ``replicas_identical``: whether every device of this process holds bit-identical parameters;
@@ -22,15 +22,15 @@ def main(argv: list[str]) -> int:
     agent_name = "ppo"
     if flags[:1] == ["--agent"]:
         agent_name, flags = flags[1], flags[2:]
-    from rlpar import cli, registry, train
+    from rlpar.tools import cli, registry, train
 
     train.start_devices(flags)  # CPU devices and jax.distributed, before anything starts JAX's backends
 
     import jax
     import numpy as np
 
-    from rlpar import parallel
-    from rlpar.runner import RunConfig, run
+    from rlpar.core import parallel
+    from rlpar.run.runner import RunConfig, run
 
     spec = registry.get(agent_name)
     parser = argparse.ArgumentParser()

@@ -17,7 +17,8 @@ import sys
 
 def main(argv: list[str]) -> int:
     kill_at, flags = int(argv[0]), argv[1:]
-    from rlpar import chunks, train
+    from rlpar.run import chunks
+    from rlpar.tools import train
 
     finish_chunk = chunks._finish_chunk
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import envs
-from rlpar import train as train_cli
+from rlpar.tools import train as train_cli
 
 # MNISTBandit-bsuite downloads MNIST on construction: not usable offline, so not part of the supported set.
 NEEDS_DOWNLOAD = {"MNISTBandit-bsuite"}

@@ -11,10 +11,10 @@ from flax import struct
 import agents
 import envs
 from agents.ppo import Batch, PPOConfig, make_ppo
-from rlpar import parallel
+from rlpar.core import hosts, parallel
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import train as train_cli
 from tests.helpers import random_batch as _random_batch
-from rlpar import train as train_cli
-from rlpar.runner import RunConfig, run
 
 SMALL = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, num_minibatches=2, update_epochs=2,
                   hidden_sizes=(16, 16))
@@ -73,7 +73,7 @@ def test_update_size_equals_one_device_on_the_whole_batch(backend):
     one_device, _ = jax.jit(make_sgd_step(None))(SGDState(params, batch))
     expected_delta = jax.tree.map(lambda new, old: np.asarray(new - old), one_device.params, params)
 
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     state = SGDState(
         params=jax.tree.map(lambda x: jnp.stack([x] * 4), params),  # one copy per device, as map_init lays them out
         batch=jax.tree.map(lambda x: x.reshape((4, 16) + x.shape[1:]), batch),
@@ -90,7 +90,7 @@ def test_why_parameters_stay_per_device_under_shard_map():
     ``P()``, comes back already summed over devices, so the learner's pmean leaves it 4x too large on 4 devices.
     Passed per device (``P("devices")``, as ``parallel`` does) it is the per-device gradient and pmean is right.
     Loss mean((w * x)^2) over x = 0..7 at w = 1: d/dw = 2 * mean(x^2) = 2 * 17.5 = 35."""
-    mesh = parallel.make_mesh(parallel.select_devices(4))
+    mesh = parallel.make_mesh(hosts.select_devices(4))
     axis, spec = parallel.AXIS_NAME, jax.sharding.PartitionSpec
     loss = lambda w, x: jnp.mean((w * x) ** 2)
     pmean_grad = lambda w, x: jax.lax.pmean(jax.grad(loss)(w, x), axis)
@@ -104,14 +104,14 @@ def test_why_parameters_stay_per_device_under_shard_map():
 
 
 def test_shard_map_rejects_metrics_that_were_not_reduced_over_devices():
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     unreduced = parallel.map_step(lambda ax: (lambda s: (s + 1, {"m": s.sum()})), devices, backend="shard_map")
     with pytest.raises(Exception, match="(?i)vma|varying|replicat"):
         unreduced(jnp.arange(8.0).reshape(4, 2))
 
 
 def test_shard_map_results_read_via_addressable_shards():
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     step = parallel.map_step(lambda ax: (lambda s: (s + 1, {"m": jax.lax.psum(s.sum(), ax)})), devices,
                              backend="shard_map")
     state, metrics = step(jnp.arange(8.0).reshape(4, 2))

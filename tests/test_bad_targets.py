@@ -13,8 +13,8 @@ import pytest
 
 import agents
 from examples import a2c
-from rlpar import evaluate, plot
-from rlpar import train as train_cli
+from rlpar.tools import evaluate, plot
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,11 +16,11 @@ from conftest import TINY_RUN_ARGV
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import checkpoint, rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
-from rlpar.guard import NonFiniteError
-from rlpar.runner import RunConfig, run
+from rlpar.run import checkpoint, rundir
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.run.guard import NonFiniteError
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlpar import checkpoint, rundir
-from rlpar.checkpoint import Checkpoints, Position
+from rlpar.run import checkpoint, rundir
+from rlpar.run.checkpoint import Checkpoints, Position
 from tests.helpers import sigint_as_in_a_terminal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,8 +120,8 @@ def test_relative_checkpoint_dirs_save_and_restore(tmp_path, monkeypatch):
 CTRL_C_MID_SAVE = """
 import signal, sys
 import numpy as np
-from rlpar import checkpoint
-from rlpar.checkpoint import Checkpoints, Position
+from rlpar.run import checkpoint
+from rlpar.run.checkpoint import Checkpoints, Position
 
 ocp, real = checkpoint._checkpointer()
 

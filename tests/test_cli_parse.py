@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpar import cli
+from rlpar.tools import cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,9 +47,9 @@ def _run_flag(action: argparse.Action) -> bool:
 
 
 def _parsers() -> dict[str, argparse.ArgumentParser]:
-    """Each tool's parser: ``train`` (rlpar.train's run flags, read from PPO's parser: every agent has the same),
+    """Each tool's parser: ``train`` (rlpar.tools.train's run flags, read from PPO's parser: every agent has the same),
     ``train AGENT`` (that agent's own flags) for every registered agent, ``evaluate``, ``plot``."""
-    from rlpar import evaluate, plot, registry, train
+    from rlpar.tools import evaluate, plot, registry, train
 
     agents = {f"train {name}": train.make_parser(registry.get(name)) for name in registry.names()}
     return {"train": agents["train ppo"], **agents, "evaluate": evaluate.make_parser(), "plot": plot.make_parser()}
@@ -153,14 +153,14 @@ def test_flags_that_set_one_thing_are_found():
 # ---- --search and --sweep: repeated, several fields in one value, duplicates, values left over ----
 
 def _train_parse(argv):
-    from rlpar import registry, train
+    from rlpar.tools import registry, train
 
     return train._parse(registry.get("ppo"), argv)
 
 
 def test_repeated_search_flags_add_up_to_one_search():
     # Before: the first --search was dropped without a word (config.json said "ent_coef=0..0.02").
-    from rlpar import seeds
+    from rlpar.core import seeds
 
     run_config, _ = _train_parse(["--search", "lr=log:1e-4..1e-2", "--search", "ent_coef=0..0.02",
                                   "--population", "4", "--pbt"])
@@ -173,7 +173,7 @@ def test_repeated_search_flags_add_up_to_one_search():
                                   ["--sweep", "lr=1e-3,3e-3 gamma=0.9,0.99"]], ids=["repeated", "one-value"])
 def test_a_sweep_of_two_fields_sweeps_their_grid(argv):
     from agents.ppo import PPOConfig
-    from rlpar import seeds
+    from rlpar.core import seeds
 
     run_config, _ = _train_parse(argv)
     slots = seeds.make_slots(2, run_config.sweep, PPOConfig)
@@ -194,7 +194,7 @@ def test_a_field_given_twice_is_refused_naming_it(argv, says):
 
 
 def _main_refuses(argv, capsys) -> str:
-    from rlpar import train
+    from rlpar.tools import train
 
     with pytest.raises(SystemExit) as stop:  # argparse's exit, before anything is built
         train.main(["ppo", *argv])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpar import evaluate
-from rlpar import train as train_cli
+from rlpar.tools import evaluate
+from rlpar.tools import train as train_cli
 from tests.helpers import sigint_as_in_a_terminal
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,11 +1,12 @@
-"""rlpar.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop, and every draw is the same."""
+"""rlpar.core.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop, and every draw is the
+same."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlpar import cpu_paths
+from rlpar.core import cpu_paths
 
 
 @pytest.fixture(autouse=True)

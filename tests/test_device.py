@@ -15,10 +15,10 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
-from rlpar.evaluate import evaluate
+from rlpar.run import rundir
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools import train as train_cli
+from rlpar.tools.evaluate import evaluate
 
 pytestmark = pytest.mark.device
 

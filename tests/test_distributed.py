@@ -23,9 +23,11 @@ import agents
 import agents.team
 from agents.ppo import PPOConfig
 from agents.team import TeamConfig
-from rlpar import checkpoint, cli, parallel, rundir
-from rlpar import train as train_cli
-from rlpar.runner import RunConfig, run
+from rlpar.core import parallel
+from rlpar.run import checkpoint, rundir
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import cli
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parent.parent
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -328,7 +330,7 @@ def test_multi_process_flags_reach_the_run_config():
 
 
 def test_resume_takes_the_multi_process_flags_and_splits_the_devices_among_the_processes(tiny_run_dir):
-    from rlpar import resume
+    from rlpar.tools import resume
 
     def run_flags(argv):  # the expanded command line's run flags, as {flag: value}
         expanded = resume.expand(["--resume", str(tiny_run_dir), *argv]).argv[1:]

@@ -18,8 +18,9 @@ import agents
 import envs
 from agents.dqn import DQNConfig, double_q_targets, linear_schedule, make_dqn, td_loss
 from agents.replay import ReplayItem
-from rlpar import evaluate, parallel
-from rlpar import train as train_cli
+from rlpar.core import hosts, parallel
+from rlpar.tools import evaluate
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,7 @@ def test_pmean_gradient_equals_one_devices_gradient_on_the_concatenated_batch():
         return many.grad(p, t, shard)[0], single.grad(p, t, full)[0]
 
     mapped = jax.pmap(both, axis_name=parallel.AXIS_NAME, in_axes=(None, None, None, 0), out_axes=None,
-                      devices=parallel.select_devices(4))
+                      devices=hosts.select_devices(4))
     grads_many, grads_one = mapped(params, target, batch,
                                    jax.tree.map(lambda x: x.reshape((4, 16) + x.shape[1:]), batch))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), grads_one, grads_many)

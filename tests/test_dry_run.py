@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from rlpar import build, chunks
-from rlpar import train as train_cli
+from rlpar.run import build, chunks
+from rlpar.tools import train as train_cli
 
 
 @pytest.fixture

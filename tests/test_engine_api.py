@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 import agents
-from rlpar import evaluate, parallel, runner
-from rlpar import train as train_cli
 from rlpar.agent import Agent, AgentConfig, AgentFunctions, AgentSpec
-from rlpar.runner import RunConfig, run
+from rlpar.core import parallel
+from rlpar.run import runner
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import evaluate
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # examples/ is not installed: users run it from a checkout, as here
@@ -95,11 +97,11 @@ def test_ppo_trains_on_a_users_gymnax_environment_instance():
 
 
 # the host loop's modules, in the order they may import each other: each imports only those before it
-HOST_LOOP = ["rlpar.run_config", "rlpar.records", "rlpar.run_state", "rlpar.prepare", "rlpar.chunks", "rlpar.build",
-             "rlpar.runner"]
-ENGINE = ["rlpar.agent", "rlpar.collectives", "rlpar.rollout", "rlpar.program", "rlpar.parallel", *HOST_LOOP,
-          "rlpar.checkpoint", "rlpar.logs", "rlpar.rundir", "rlpar.guard", "rlpar.seeds", "rlpar.progress",
-          "rlpar.episodes"]
+HOST_LOOP = ["rlpar.run.config", "rlpar.run.records", "rlpar.run.state", "rlpar.run.prepare", "rlpar.run.chunks",
+             "rlpar.run.build", "rlpar.run.runner"]
+# every module of the engine core and the run shell, and the contract's public path
+ENGINE = sorted({f"rlpar.{package}.{path.stem}" for package in ("core", "run")
+                 for path in (REPO / "rlpar" / package).glob("*.py") if path.stem != "__init__"} | {"rlpar.agent"})
 
 
 def test_engine_modules_import_no_agent_and_start_no_backend():

@@ -10,9 +10,11 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig
-from rlpar import episodes, parallel, plot, program, rundir
-from rlpar import train as train_cli
-from rlpar.runner import Hooks, RunConfig, run
+from rlpar.core import episodes, parallel, program
+from rlpar.run import rundir
+from rlpar.run.runner import Hooks, RunConfig, run
+from rlpar.tools import plot
+from rlpar.tools import train as train_cli
 
 # 5 updates in chunks of 2, 2 and 1: the last chunk is shorter than log_every.
 TINY = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 5, num_minibatches=2, update_epochs=1,
@@ -35,7 +37,7 @@ class _Compiles:
         self.count, self.counting, self.status = 0, False, []
 
     def on_event(self, event, duration, **kwargs):
-        # The init compiles in a thread of its own beside the chunk program (rlpar.runner.run): not counted here.
+        # The init compiles in a thread of its own beside the chunk program (rlpar.run.runner.run): not counted here.
         if event == COMPILE_EVENT and self.counting and not threading.current_thread().name.startswith("rlpar-init"):
             self.count += 1
 

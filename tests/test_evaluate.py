@@ -6,7 +6,7 @@ import numpy as np
 import agents
 import envs
 from agents.ppo import PPOConfig
-from rlpar import evaluate
+from rlpar.tools import evaluate
 
 
 def _greedy_returns(env_id: str, episodes: int, seed: int = 0):
@@ -57,8 +57,8 @@ def test_gif_of_a_cartpole_episode(tiny_run_dir, tmp_path):
 def test_gif_of_an_env_the_visualizer_cannot_draw_is_a_clear_error(tmp_path, capsys):
     import json
 
-    from rlpar import rundir
-    from rlpar.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
+    from rlpar.run import rundir
+    from rlpar.run.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
 
     meta = {"format_version": RUN_FORMAT_VERSION, "agent": "ppo", "run": {"env": "Probe-OneStep-v0"}, "config": {}}
     (tmp_path / rundir.CONFIG).write_text(json.dumps(meta))

@@ -1,4 +1,4 @@
-"""rlpar.guard.all_finite: every inexact element of every leaf is checked, small leaves in one reduction."""
+"""rlpar.run.guard.all_finite: every inexact element of every leaf is checked, small leaves in one reduction."""
 
 import re
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from rlpar import guard
+from rlpar.run import guard
 
 BIG = guard._OWN_REDUCTION  # a leaf this large is reduced on its own
 

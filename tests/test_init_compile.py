@@ -1,4 +1,4 @@
-"""The run's init program is compiled for compile time (``rlpar.runner.compile_init``): its state is the one a
+"""The run's init program is compiled for compile time (``rlpar.run.runner.compile_init``): its state is the one a
 default compile gives, the CPU-only option goes to XLA:CPU alone, and an XLA without that option still compiles it."""
 
 import jax
@@ -7,8 +7,8 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import runner
-from rlpar.runner import RunConfig
+from rlpar.run import runner
+from rlpar.run.runner import RunConfig
 
 CONFIG = PPOConfig(num_envs=4, num_steps=8, total_timesteps=64)
 

@@ -10,8 +10,8 @@ import pytest
 
 import agents
 from examples import a2c
-from rlpar import runner
 from rlpar.agent import AgentSpec
+from rlpar.run import runner
 
 PACKAGES = [getattr(agents, name) for name in agents.__all__
             if isinstance(getattr(getattr(agents, name), "SPEC", None), AgentSpec)] + [a2c]

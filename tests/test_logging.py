@@ -7,11 +7,11 @@ import struct
 import pytest
 from conftest import TINY_RUN_ARGV
 
-from rlpar import rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import CheckpointError, Position
-from rlpar.logs import TIMING_FIELDS, RunLogger, split_record, tensorboard_scalars
-from rlpar.progress import ProgressDisplay, format_eta
+from rlpar.run import rundir
+from rlpar.run.checkpoint import CheckpointError, Position
+from rlpar.run.logs import TIMING_FIELDS, RunLogger, split_record, tensorboard_scalars
+from rlpar.run.progress import ProgressDisplay, format_eta
+from rlpar.tools import train as train_cli
 
 
 def test_same_seed_and_devices_twice_give_a_bit_identical_metrics_file(tiny_run_dir, tmp_path):

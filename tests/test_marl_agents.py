@@ -10,10 +10,10 @@ import agents.team
 import envs
 from agents.team import TeamConfig, make_team_ppo
 from agents.team.network import AgentInputs
-from rlpar import parallel
-from rlpar import train as train_cli
 from conftest import resume_and_compare
 from helpers import assert_one_line_error
+from rlpar.core import hosts, parallel
+from rlpar.tools import train as train_cli
 
 COORDINATE, TRUNCATED, MASKED = (f"envs.team_probes:{name}" for name in ("Coordinate", "Truncated", "Masked"))
 PROBE = TeamConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 60, lr=3e-3, anneal_lr=False,
@@ -117,7 +117,7 @@ def test_pmean_gradient_on_two_devices_equals_one_devices_on_the_concatenated_ba
     grads_one, info_one = jax.jit(single.grad)(params, batch)
     grad_fn = lambda p, b: make_team_ppo(PROBE, env, env_params, 2, parallel.AXIS_NAME, centralised=True).grad(p, b)
     mapped = jax.pmap(grad_fn, axis_name=parallel.AXIS_NAME, in_axes=(None, 0), out_axes=None,
-                      devices=parallel.select_devices(2))
+                      devices=hosts.select_devices(2))
     grads_two, info_two = mapped(params, jax.tree.map(lambda x: x.reshape((2, 32) + x.shape[1:]), batch))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), grads_one, grads_two)
     np.testing.assert_allclose(info_one.total, info_two.total, atol=1e-5)
@@ -133,7 +133,7 @@ TINY_ARGV = ["mappo", "--env", MASKED, "--devices", "2", "--num-envs", "4", "--n
 def test_sigkill_then_resume_is_bit_identical_and_the_team_evaluates(killed_run, tiny_run, capsys):
     killed_dir, proc = killed_run
     resume_and_compare(killed_dir, proc, tiny_run, killed_before=[2])
-    from rlpar import evaluate
+    from rlpar.tools import evaluate
 
     assert evaluate.main([str(killed_dir), "--episodes", "4"]) == 0  # the greedy team, from the checkpoint
     assert "greedy policy, 4 episodes: return 0.00 +- 0.00" in capsys.readouterr().out  # no masked action taken

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import envs
-from rlpar import train as train_cli
 from helpers import assert_one_line_error
+from rlpar.tools import train as train_cli
 
 pytest.importorskip("jaxmarl")
 
@@ -117,7 +117,7 @@ class _ShapedProbe:
 
 def test_reward_shaping_anneals_into_the_learning_reward_and_never_into_the_returns():
     from envs.marl_suite import TeamEnv
-    from rlpar import episodes
+    from rlpar.core import episodes
 
     env, env_params = envs.make(TeamEnv(_ShapedProbe(), reward_shaping_horizon=4))
     _, (_, reward, _, truncated, info) = _rollout(env, env_params, 7)
@@ -179,15 +179,15 @@ def test_smax_gif_replays_the_recorded_steps_through_jaxmarls_visualiser(tmp_pat
 
     import agents.team
     from agents.team import TeamConfig
-    from rlpar import evaluate
+    from rlpar.tools import gif
 
     config = TeamConfig(num_envs=2, num_steps=4, total_timesteps=2 * 4 * 2, num_minibatches=1, update_epochs=1,
                         hidden_sizes=(8,))
     agents.team.train_mappo(config, "marl-HeuristicEnemySMAX@3m", run_dir=str(tmp_path / "run"), eval_every=0,
                             devices=1)
     path = tmp_path / "smax.gif"
-    evaluate.check_gif(tmp_path / "run", path)  # SMAX is drawn, no longer refused
-    frames = evaluate.write_gif(tmp_path / "run", path, max_frames=2)
+    gif.check_gif(tmp_path / "run", path)  # SMAX is drawn, no longer refused
+    frames = gif.write_gif(tmp_path / "run", path, max_frames=2)
     env = envs.make("marl-HeuristicEnemySMAX@3m")[0].unwrapped.unwrapped
     # JaxMARL's EnemySMAX expands each step to its state before the step and one per world tick
     assert frames == 2 * (1 + env.world_steps_per_env_step)

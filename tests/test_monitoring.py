@@ -7,8 +7,9 @@ from types import SimpleNamespace
 import jax
 
 import agents
-from rlpar import logs, parallel, progress
-from rlpar.runner import RunConfig, run
+from rlpar.core import hosts
+from rlpar.run import logs, progress
+from rlpar.run.runner import RunConfig, run
 
 TINY = agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 4, num_minibatches=2, hidden_sizes=(8,))
 
@@ -28,7 +29,7 @@ def test_memory_statistics_per_device_reach_timing_tensorboard_and_the_progress_
         stats = {"bytes_in_use": peak // 2, "peak_bytes_in_use": peak}
         return SimpleNamespace(id=device_id, process_index=jax.process_index(), memory_stats=lambda: stats)
 
-    memory = parallel.memory_stats([fake(0, 2**30), fake(1, 2**31)])
+    memory = hosts.memory_stats([fake(0, 2**30), fake(1, 2**31)])
     assert memory == [{"device": 0, "bytes_in_use": 2**29, "peak_bytes_in_use": 2**30},
                       {"device": 1, "bytes_in_use": 2**30, "peak_bytes_in_use": 2**31}]
     record = {"update": 10, "env_steps": 80, "sps": 5.0, "time_s": 1.0, "episode_return": None, "memory": memory}
@@ -41,7 +42,7 @@ def test_memory_statistics_per_device_reach_timing_tensorboard_and_the_progress_
     assert progress.format_record(small, 100).endswith("peak mem 3.3 MiB")
     assert progress.format_bytes(300 * 2 ** 20) == "300 MiB"
     # XLA:CPU reports no memory statistics: nothing recorded, nothing shown.
-    assert parallel.memory_stats(jax.local_devices()[:2]) is None
+    assert hosts.memory_stats(jax.local_devices()[:2]) is None
 
 
 def test_sweep_records_give_per_slot_tensorboard_tags():

@@ -6,7 +6,7 @@ import pytest
 import agents
 from agents.normalization import init_stats, normalize_obs, update_stats
 from agents.ppo import PPOConfig
-from rlpar import parallel
+from rlpar.core import hosts, parallel
 
 
 def test_update_stats_hand_worked():
@@ -20,7 +20,7 @@ def test_update_stats_hand_worked():
 
 
 def test_stats_identical_across_devices_and_equal_to_concatenated_batch():
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     batch = jax.random.normal(jax.random.PRNGKey(0), (4, 32, 3)) * jnp.array([1.0, 5.0, 0.1]) + jnp.array([2, -1, 7])
     stats = init_stats((3,))
     for _ in range(2):  # two updates: the merge, not only the first batch

@@ -8,8 +8,8 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig, make_ppo
-from rlpar import parallel
-from rlpar.runner import RunConfig, run
+from rlpar.core import hosts, parallel
+from rlpar.run.runner import RunConfig, run
 from tests.helpers import random_batch as _random_batch
 
 SMALL = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 6, num_minibatches=2, update_epochs=2)
@@ -34,7 +34,7 @@ def test_params_bit_identical_across_devices_after_updates():
     assert not np.array_equal(obs[0], obs[1])
     # and the params actually moved away from their initial values
     init = parallel.map_init(
-        lambda ax: make_ppo(SMALL, *envs.make("CartPole-v1"), 2, ax).init, parallel.select_devices(4)
+        lambda ax: make_ppo(SMALL, *envs.make("CartPole-v1"), 2, ax).init, hosts.select_devices(4)
     )(*jax.random.split(jax.random.PRNGKey(SMALL.seed)))
     before = parallel.first_replica(init.params)
     diffs = jax.tree.leaves(jax.tree.map(lambda a, b: np.abs(a - b).max(), before, copies[0]))
@@ -49,7 +49,7 @@ def test_pmean_gradient_equals_single_device_gradient_on_concatenated_batch():
     batch = _random_batch(jax.random.PRNGKey(1), 64)
     grads_one, info_one = jax.jit(single.grad)(params, batch)
 
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     grad_fn = lambda ax: (lambda p, b: make_ppo(config, env, env_params, 1, ax).grad(p, b))
     mapped = jax.pmap(grad_fn(parallel.AXIS_NAME), axis_name=parallel.AXIS_NAME, in_axes=(None, 0),
                       out_axes=None, devices=devices)
@@ -68,15 +68,15 @@ def test_num_envs_not_divisible_by_devices_is_a_clear_error():
 def test_more_devices_than_exist_is_a_clear_error():
     # Past the bound on CPU devices (threads sharing the cores): refused whatever JAX has started.
     with pytest.raises(ValueError, match=r"devices=64: at most 8 CPU devices on this host"):
-        parallel.select_devices(64)
+        hosts.select_devices(64)
     # Within it, but the backend already started with 4 (tests/conftest.py): say how to ask before any JAX work.
     with pytest.raises(ValueError, match=r"devices=6: JAX's CPU backend already started in this process with 4 "
                                          r"device\(s\).*request_cpu_devices\(6\)"):
-        parallel.select_devices(6)
+        hosts.select_devices(6)
 
 
 def test_results_read_via_addressable_shards():
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
     step = parallel.map_step(lambda ax: (lambda s: (s + 1, {"m": jax.lax.psum(s.sum(), ax)})), devices)
     state, metrics = step(jnp.arange(8.0).reshape(4, 2))
     assert [r.tolist() for r in parallel.replicas(state)] == [[1, 2], [3, 4], [5, 6], [7, 8]]
@@ -84,7 +84,7 @@ def test_results_read_via_addressable_shards():
 
 
 def test_fused_collectives_equal_leafwise_ones_and_keep_dtypes_and_shapes():
-    from rlpar import collectives
+    from rlpar.core import collectives
 
     tree = {"w": jnp.arange(24.0).reshape(4, 2, 3), "n": jnp.arange(4, dtype=jnp.int32) * 3,
             "b": jnp.arange(8.0).reshape(4, 2) ** 2, "s": jnp.arange(4.0)}
@@ -116,7 +116,7 @@ def test_without_advantage_normalisation_devices_stay_identical_and_the_update_d
 def test_trace_init_at_gives_the_compiled_inits_shapes_and_each_device_its_position(groups):
     """One trace serves both: the shapes (with the row sharding a step is lowered for) are those of the state the
     compiled init returns, on each backend's mesh; each device computed its own row from its position."""
-    devices = parallel.select_devices(4)
+    devices = hosts.select_devices(4)
 
     def make_init(axis_name):
         def init(shared, position):
@@ -142,7 +142,7 @@ def test_trace_init_at_gives_the_compiled_inits_shapes_and_each_device_its_posit
 def test_trace_init_at_maps_as_pmap_does_on_the_pmap_backend():
     """Under pmap an init may return a per-device value from one cond branch and a constant from the other (JaxMARL's
     SMAX observation code does); shard_map's type check refuses that, so the pmap backend's init runs without it."""
-    devices = parallel.select_devices(2)
+    devices = hosts.select_devices(2)
 
     def make_init(axis_name):
         def init(shared, position):

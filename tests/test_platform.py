@@ -1,4 +1,4 @@
-"""rlpar.platform: every per-backend choice answers on XLA:CPU as documented, RLPAR_PLAIN_LAYERS=1 gives each the
+"""rlpar.core.platform: every per-backend choice answers on XLA:CPU as documented, RLPAR_PLAIN_LAYERS=1 gives each the
 accelerator's answer, forcing a choice is undone after its block, and the old names are the same functions."""
 
 import re
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpar import platform
+from rlpar.core import platform
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "accelerators.md"
 STEP_ROWS, STEPS, MINIBATCHES = 4096, 128, 8  # PPO's 4,096 envs x 128 steps, 8 minibatches
@@ -119,7 +119,8 @@ def test_a_bad_answer_is_refused_and_nothing_stays_forced(answers, message):
 def test_the_old_names_are_the_platforms():
     from agents import platform as agents_platform
     from agents import shuffle
-    from rlpar import cpu_paths, rollout, runner
+    from rlpar.core import cpu_paths, rollout
+    from rlpar.run import runner
 
     assert shuffle.method is platform.shuffle_method and shuffle.block_size is platform.shuffle_block
     assert shuffle.set_method is platform.set_shuffle_method and shuffle.set_block is platform.set_shuffle_block
@@ -141,12 +142,12 @@ def test_the_docs_table_names_every_choice():
     text = DOCS.read_text()
     section = text[text.index("## What each backend runs, and why"):]
     section = section[:section.index("\n## ", 1)]
-    named = set(re.findall(r"`rlpar\.platform\.(\w+)`", section))
+    named = set(re.findall(r"`rlpar\.core\.platform\.(\w+)`", section))
     assert set(CHOICES) | {"init_compiler_options"} <= named
     assert all(callable(getattr(platform, name)) for name in named)
 
 
 def test_importing_it_loads_no_agent_and_starts_no_backend():
-    code = ("import sys, rlpar.platform, jax._src.xla_bridge as xb; "
+    code = ("import sys, rlpar.core.platform, jax._src.xla_bridge as xb; "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'agents']; assert not xb._backends")
     subprocess.run([sys.executable, "-c", code], check=True)

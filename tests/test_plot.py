@@ -4,8 +4,9 @@ import json
 
 import numpy as np
 
-from rlpar import plot, rundir
-from rlpar.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
+from rlpar.run import rundir
+from rlpar.run.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
+from rlpar.tools import plot
 
 
 def _fake_run(path, seed, returns, lr=1e-3):

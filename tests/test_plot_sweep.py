@@ -7,9 +7,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from rlpar import plot, rundir
-from rlpar.progress import ProgressDisplay, format_record, returns_by_label, slot_labels
-from rlpar.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
+from rlpar.run import rundir
+from rlpar.run.progress import ProgressDisplay, format_record, returns_by_label, slot_labels
+from rlpar.run.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
+from rlpar.tools import plot
 
 # A --num-seeds 2 --sweep lr=1e-4,1e-3 run: slot i has seed index i % 2 and the value i // 2.
 SWEEP_SLOTS = [{"slot": 0, "seed_index": 0, "lr": 0.0001}, {"slot": 1, "seed_index": 1, "lr": 0.0001},

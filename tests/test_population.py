@@ -11,8 +11,9 @@ import pytest
 import agents
 from agents.ppo import PPOConfig
 from conftest import resume_and_compare
-from rlpar import population, program, runner, seeds
-from rlpar import train as train_cli
+from rlpar.core import population, program, seeds
+from rlpar.run import runner
+from rlpar.tools import train as train_cli
 
 COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"  # one per XLA compilation
 
@@ -252,7 +253,7 @@ def test_best_member_is_the_last_rounds_fittest_else_the_last_evaluation_else_re
 
 
 def test_progress_and_done_lines_name_the_best_member_and_its_values(tiny_run):
-    from rlpar import progress
+    from rlpar.run import progress
 
     record = {"slots": [{"episode_return": 20.0, "hparams": {"lr": 0.001}},
                         {"episode_return": 30.0, "hparams": {"lr": 0.000256123}}]}
@@ -268,7 +269,7 @@ def test_progress_and_done_lines_name_the_best_member_and_its_values(tiny_run):
 
 
 def test_evaluate_and_load_policy_default_to_the_best_member(tiny_run, capsys):
-    from rlpar import evaluate
+    from rlpar.tools import evaluate
 
     run_dir, _ = tiny_run
     best = population.best_member(_records(run_dir))
@@ -281,7 +282,7 @@ def test_evaluate_and_load_policy_default_to_the_best_member(tiny_run, capsys):
 
 
 def test_plot_draws_each_members_return_and_each_values_schedule(tiny_run, tmp_path):
-    from rlpar import plot
+    from rlpar.tools import plot
 
     run_dir, _ = tiny_run
     fig = plot.population_figure(run_dir)
@@ -296,7 +297,7 @@ def test_plot_draws_each_members_return_and_each_values_schedule(tiny_run, tmp_p
 
 
 def test_tensorboard_tags_for_members_values_and_no_lineage():
-    from rlpar import logs
+    from rlpar.run import logs
 
     record = {"update": 3, "env_steps": 96, "episode_return": 1.0, "pbt": [{"parent": [0, 0]}],
               "slots": [{"episode_return": 2.0, "hparams": {"lr": 0.5}}]}

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from rlpar import rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
+from rlpar.run import rundir
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools import train as train_cli
 
 # One device, 2 members drawn from two fields, 4 updates in chunks of 3 and 1, a PBT round after update 3 (a member
 # copies the other: both have finished episodes by then, so both have a fitness), a checkpoint right after it.

@@ -14,8 +14,9 @@ import pytest
 
 import agents
 from conftest import resume_and_compare
-from rlpar import evaluate, parallel, population, program, seeds
-from rlpar import train as train_cli
+from rlpar.core import collectives, parallel, population, program, seeds
+from rlpar.tools import evaluate
+from rlpar.tools import train as train_cli
 
 # 4 members on 4 devices as 2 groups of 2: PBT every 3 updates ranked by a greedy evaluation of 4 episodes (2 per
 # device of a group), chunks of 2 updates, a checkpoint after each.
@@ -75,7 +76,7 @@ def test_a_pbt_round_ranks_and_copies_across_device_groups():
     # 4 members on a 2x2 mesh: group 0 holds members 0 and 1, group 1 members 2 and 3. Fitness [3, 1, 4, 2]: member 1
     # (group 0) copies member 2 (group 1), the only one in the top quarter.
     groups, devices = 2, jax.devices()[:4]
-    layout = parallel.MemberGroups(groups)
+    layout = collectives.MemberGroups(groups)
     pbt = population.PBT(interval=3, quantile=0.25, resample=0.0, fitness="train", num_updates=8)
     spaces = seeds.parse_search("lr=0..10")
     members = population.start({"lr": jnp.array([1.0, 2.0, 3.0, 4.0])}, jax.random.PRNGKey(0), 4)

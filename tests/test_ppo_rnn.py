@@ -7,8 +7,8 @@ import pytest
 
 import agents
 from agents.ppo_rnn import RecurrentActorCritic, RecurrentPPOConfig, unroll
-from rlpar import parallel
-from rlpar.runner import RunConfig, mean_recent_return, run
+from rlpar.core import parallel
+from rlpar.run.runner import RunConfig, mean_recent_return, run
 
 
 def test_hidden_state_resets_where_episodes_end():

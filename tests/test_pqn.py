@@ -21,10 +21,12 @@ from agents import platform, shuffle
 from agents.pqn import Batch, PQNConfig, make_pqn
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
 from agents.spaces import discrete_actions
-from rlpar import evaluate, parallel, registry, rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
-from rlpar.runner import RunConfig, run
+from rlpar.core import hosts, parallel
+from rlpar.run import rundir
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import evaluate, registry
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 SIGKILL_AFTER = Path(__file__).with_name("sigkill_after.py")
@@ -260,7 +262,7 @@ def test_pmean_gradient_equals_one_devices_gradient_on_the_concatenated_batch():
     grads_one, stats_one = jax.jit(single.grad)(params, batch)
     grad_fn = lambda p, b: make_pqn(config, env, env_params, 1, parallel.AXIS_NAME).grad(p, b)
     mapped = jax.pmap(grad_fn, axis_name=parallel.AXIS_NAME, in_axes=(None, 0), out_axes=None,
-                      devices=parallel.select_devices(4))
+                      devices=hosts.select_devices(4))
     grads_many, stats_many = mapped(params, jax.tree.map(lambda x: x.reshape((4, 16) + x.shape[1:]), batch))
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-5), grads_one, grads_many)
     np.testing.assert_allclose(stats_one["loss/total"], stats_many["loss/total"], rtol=1e-5)
@@ -364,7 +366,7 @@ def test_probe_time_limit_needs_the_truncation_bootstrap():
 @pytest.mark.slow
 def test_cartpole_is_solved_with_defaults(tmp_path):
     # In a fresh process, as a user runs it (see test_train.py's test of the same name for why).
-    code = ("import sys, agents.pqn as pqn\nfrom rlpar import evaluate\n"
+    code = ("import sys, agents.pqn as pqn\nfrom rlpar.tools import evaluate\n"
             "pqn.train(None, 'CartPole-v1', devices=1, run_dir=sys.argv[1])\n"
             "print(evaluate.evaluate(sys.argv[1], episodes=20).mean)")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")], cwd=REPO, capture_output=True,

@@ -14,9 +14,9 @@ import jax
 import numpy as np
 import pytest
 
-from rlpar import preemption, rundir
-from rlpar import train as train_cli
-from rlpar.checkpoint import Checkpoints
+from rlpar.run import preemption, rundir
+from rlpar.run.checkpoint import Checkpoints
+from rlpar.tools import train as train_cli
 
 from conftest import final_state
 

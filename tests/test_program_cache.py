@@ -1,4 +1,4 @@
-"""rlpar.program_cache: whole compiled programs, loaded by a warm run without tracing; never a stale one."""
+"""rlpar.run.program_cache: whole compiled programs, loaded by a warm run without tracing; never a stale one."""
 
 import json
 import os
@@ -14,8 +14,8 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import compile_cache, program_cache, runner
-from rlpar.runner import RunConfig
+from rlpar.run import compile_cache, program_cache, runner
+from rlpar.run.runner import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96",
@@ -124,7 +124,7 @@ def test_environment_variables_that_shape_programs_change_the_key(cache_dir, mon
 def test_only_a_process_started_by_rlpars_command_line_with_nothing_else_loaded_is_closed(cache_dir):
     assert "is loaded" in program_cache.closed_run() or "__main__" in program_cache.closed_run()  # pytest, tests
     assert program_cache.snapshot("one", jax.devices()[:1]) is None  # so nothing is served here
-    code = "from rlpar import program_cache; print(program_cache.closed_run())"
+    code = "from rlpar.run import program_cache; print(program_cache.closed_run())"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     script = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert script.stdout.startswith("__main__ has no file"), script.stderr[-2000:]
@@ -170,7 +170,7 @@ def test_a_program_with_lapack_calls_runs_when_loaded_in_a_fresh_process(tmp_pat
     # Without setting them up first, this crashed the process (SIGSEGV) on the first call of a loaded init.
     code = textwrap.dedent(f"""
         import jax, jax.numpy as jnp, numpy as np
-        from rlpar import program_cache
+        from rlpar.run import program_cache
         program_cache.configure({str(tmp_path)!r})
         x = jnp.asarray([[2.0, 1.0], [1.0, 3.0]])
         snap = program_cache.snapshot("qr", jax.devices()[:1], require_closed=False)
@@ -318,8 +318,8 @@ def test_a_program_from_jax_cache_is_not_stored_and_the_next_run_compiles_and_st
     # whose program came from JAX's cache leaves a marker, and the next run with its key compiles without JAX's cache.
     code = textwrap.dedent(f"""
         import sys, jax, jax.numpy as jnp, numpy as np
-        from rlpar import compile_cache, program_cache
-        compile_cache.enable({str(tmp_path)!r})
+        from rlpar.run import compile_cache, program_cache
+        program_cache.enable({str(tmp_path)!r})
         f = lambda x: jax.lax.fori_loop(0, 3, lambda i, v: jnp.sin(v) + i, jnp.concatenate([jnp.arange(8.0), x]))
         x = jnp.ones(4)
         snap = program_cache.snapshot(sys.argv[1], jax.devices()[:1], require_closed=False)

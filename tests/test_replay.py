@@ -10,8 +10,8 @@ import pytest
 import agents
 from agents.dqn import DQNConfig
 from agents.replay import ReplayConfig, ReplayItem, gradient_steps, make_replay, transitions, update_target
-from rlpar import parallel
-from rlpar.rollout import Experience, RolloutState, Transition
+from rlpar.core import parallel
+from rlpar.core.rollout import Experience, RolloutState, Transition
 
 
 def test_transitions_take_the_final_observation_where_a_step_was_truncated():

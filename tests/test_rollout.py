@@ -7,7 +7,7 @@ from gymnax.environments import environment, spaces
 
 import envs
 from envs.probes import ProbeParams
-from rlpar import rollout
+from rlpar.core import rollout
 
 SCHEDULES = pytest.mark.parametrize("up_front", [True, False], ids=["keys-up-front", "keys-per-step"])
 

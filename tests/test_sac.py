@@ -19,8 +19,9 @@ import envs
 from agents.replay import ReplayItem
 from agents.sac import (SACConfig, gaussian_log_prob, make_sac, soft_q_targets, squashed_gaussian,
                         squashed_gaussian_log_prob, tanh_log_det)
-from rlpar import evaluate, parallel
-from rlpar import train as train_cli
+from rlpar.core import hosts, parallel
+from rlpar.tools import evaluate
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -100,7 +101,7 @@ def test_pmean_gradient_equals_one_devices_gradient_on_the_concatenated_batch():
         return many.grad(p, t, shard, shard_noise)[0], single.grad(p, t, full, full_noise)
 
     mapped = jax.pmap(both, axis_name=parallel.AXIS_NAME, in_axes=(None, None, None, None, 0, 1), out_axes=None,
-                      devices=parallel.select_devices(4))
+                      devices=hosts.select_devices(4))
     grads_many, (grads_one, info) = mapped(params, target, batch, noise,
                                            jax.tree.map(lambda x: x.reshape((4, 16) + x.shape[1:]), batch),
                                            noise.reshape(2, 4, 16, 1))

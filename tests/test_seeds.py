@@ -13,9 +13,10 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import parallel, runner, seeds
-from rlpar import train as train_cli
-from rlpar.runner import RunConfig, run
+from rlpar.core import parallel, seeds
+from rlpar.run import runner
+from rlpar.run.runner import RunConfig, run
+from rlpar.tools import train as train_cli
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 4, num_minibatches=2, update_epochs=1)

@@ -22,8 +22,8 @@ import envs.brax_suite
 from agents.ppo import PPOConfig
 from envs import registry
 from envs.adapters import FiveToSixStep, reset_where_done
-from rlpar import evaluate
-from rlpar import train as train_cli
+from rlpar.tools import gif, policy
+from rlpar.tools import train as train_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(num_envs=4, num_steps=8, num_minibatches=2, update_epochs=1, hidden_sizes=(16,), total_timesteps=64)
@@ -224,7 +224,7 @@ CRAFTAX_BLOCKS = 17  # Craftax-Classic's block types: its view is [7, 9, 17 bloc
 def craftax():
     """``(first, second)``: the ``(end state, Transition)`` of the two collects described above."""
     _needs("craftax")
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     env, params = envs.make("Craftax-Classic-Symbolic-v1", max_timesteps=LIMIT)
 
@@ -285,7 +285,8 @@ def test_craftax_final_observation_is_the_ended_episodes(craftax):
 
 
 def test_craftax_achievements_reach_the_episode_metrics(craftax):
-    from rlpar import rollout, runner
+    from rlpar.core import rollout
+    from rlpar.run import runner
 
     _, (_, traj), env = craftax
     metrics = traj.episode_metrics
@@ -305,7 +306,7 @@ def test_craftax_full_builds_with_its_spaces_achievements_and_time_limit():
     _needs("craftax")
     env, params = envs.make("Craftax-Symbolic-v1")
     assert env.observation_space(params).shape == (8268,) and env.action_space(params).n == 43
-    assert len(env.unwrapped.achievements) == 67 and evaluate._max_steps(env, params) == 100_000
+    assert len(env.unwrapped.achievements) == 67 and policy.episode_limit(env, params) == 100_000
 
 
 # --- brax ---------------------------------------------------------------------------------------------------------
@@ -321,7 +322,7 @@ BRAX_LIMIT = 20
 def pendulum():
     """``(first, second, fall)``: ``(end state, Transition)`` of both collects, and the step at which c fell."""
     _needs("brax")
-    from rlpar import rollout
+    from rlpar.core import rollout
 
     env, params = envs.make("brax-inverted_pendulum", episode_length=BRAX_LIMIT)
 
@@ -392,7 +393,7 @@ def test_brax_gif_frames_or_a_one_line_refusal(brax_run, pendulum, tmp_path):
     tests/test_evaluate.py): the renderer check before any episode runs, then frames of brax states."""
     (end, _), _, _ = pendulum
     try:
-        evaluate.check_gif(brax_run, tmp_path / "pendulum.gif")
+        gif.check_gif(brax_run, tmp_path / "pendulum.gif")
     except ValueError as err:  # no OpenGL for MuJoCo on this machine: one line, before anything runs
         assert str(err).startswith("--gif: brax draws through MuJoCo's OpenGL renderer") and "\n" not in str(err)
         return
@@ -405,8 +406,8 @@ def test_brax_gif_frames_or_a_one_line_refusal(brax_run, pendulum, tmp_path):
 def test_time_limits_reach_evaluate():
     _needs("brax")
     env, params = envs.make("brax-inverted_pendulum", episode_length=BRAX_LIMIT)
-    assert evaluate._max_steps(env, params) == BRAX_LIMIT  # brax: from the adapter, through the wrappers
-    assert evaluate._max_steps(*envs.make("CartPole-v1")) == 500  # gymnax: from the params
+    assert policy.episode_limit(env, params) == BRAX_LIMIT  # brax: from the adapter, through the wrappers
+    assert policy.episode_limit(*envs.make("CartPole-v1")) == 500  # gymnax: from the params
 
 
 def test_brax_backend_in_the_id_and_bad_names_are_one_line():

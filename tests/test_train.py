@@ -7,7 +7,7 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar import train as train_cli
+from rlpar.tools import train as train_cli
 
 TINY = PPOConfig(num_envs=4, num_steps=16, total_timesteps=4 * 16 * 5, num_minibatches=2, update_epochs=1)
 
@@ -91,7 +91,7 @@ def test_cartpole_is_solved_with_defaults():
     import sys
     from pathlib import Path
 
-    code = ("import agents\nfrom rlpar.runner import mean_recent_return\n"
+    code = ("import agents\nfrom rlpar.run.runner import mean_recent_return\n"
             "r = agents.ppo.train(agents.PPOConfig(), 'CartPole-v1', devices=1)\nprint(mean_recent_return(r.metrics))")
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=600,

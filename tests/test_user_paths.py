@@ -13,8 +13,8 @@ import sys
 import time
 from pathlib import Path
 
-from rlpar import rundir
-from rlpar.progress import ProgressDisplay
+from rlpar.run import rundir
+from rlpar.run.progress import ProgressDisplay
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_UPDATES = 40  # with a checkpoint every 2 updates the run lasts seconds: time to kill it half-way

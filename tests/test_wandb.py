@@ -7,9 +7,9 @@ import struct
 
 import pytest
 
-from rlpar import rundir
-from rlpar import train as train_cli
-from rlpar.logs import tensorboard_scalars
+from rlpar.run import rundir
+from rlpar.run.logs import tensorboard_scalars
+from rlpar.tools import train as train_cli
 
 wandb_proto = pytest.importorskip("wandb.proto.wandb_internal_pb2", reason="needs the wandb extra: "
                                   "pip install -e \".[wandb]\"")

@@ -5,7 +5,8 @@ from __future__ import annotations
 from agents.dqn.config import DQNConfig
 from agents.dqn.learner import DQN, DQNState, LossInfo, make_dqn
 from agents.dqn.loss import double_q_targets, linear_schedule, td_loss
-from rlpar.agent import AgentSpec, make_train
+from rlpar.core.agent import AgentSpec
+from rlpar.run.runner import make_train
 
 SPEC = AgentSpec(name="dqn", config_cls=DQNConfig, make=make_dqn)
 

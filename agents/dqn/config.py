@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from agents import checks
 from agents.networks import ACTIVATIONS
 from agents.replay import ReplayConfig
-from rlpar.agent import AgentConfig, config_field
+from rlpar.core.agent import AgentConfig, config_field
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ from agents.networks import Head
 from agents.optim import make_optimizer
 from agents.replay import ReplayItem
 from agents.spaces import discrete_actions
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @struct.dataclass

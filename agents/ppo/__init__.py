@@ -6,7 +6,8 @@ from agents.networks import ActorCritic, make_network, policy
 from agents.ppo.config import PPOConfig
 from agents.ppo.learner import PPO, Batch, PPOState, make_ppo
 from agents.ppo.loss import LossInfo, clipped_surrogate, ppo_loss, value_loss
-from rlpar.agent import AgentSpec, make_train
+from rlpar.core.agent import AgentSpec
+from rlpar.run.runner import make_train
 
 SPEC = AgentSpec(name="ppo", config_cls=PPOConfig, make=make_ppo)
 

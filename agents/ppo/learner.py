@@ -3,7 +3,7 @@ its policy, on the engine's contract (``rlpar.agent.Agent``).
 
 Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradients, loss statistics and
 advantage-normalisation statistics are reduced over that axis, so every device applies the same update to the same
-parameters. How the axis is provided (pmap, shard_map) is ``rlpar.parallel``'s business. Collectives are few (each
+parameters. How the axis is provided (pmap, shard_map) is ``rlpar.core.parallel``'s business. Collectives are few (each
 one is a rendezvous of the devices): per update, one for the advantage statistics of every minibatch of every epoch
 (the shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all steps,
 and one for the observation statistics.
@@ -27,8 +27,8 @@ from agents.optim import make_optimizer, make_vector_optimizer
 from agents.ppo.config import PPOConfig
 from agents.ppo.loss import LossInfo, ppo_loss
 from agents.spaces import single_agent
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @struct.dataclass

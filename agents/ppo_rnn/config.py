@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from agents import checks
 from agents.ppo.config import PPOConfig
-from rlpar.agent import config_field
+from rlpar.core.agent import config_field
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from agents.ppo.loss import ppo_loss
 from agents.ppo_rnn.config import RecurrentPPOConfig
 from agents.ppo_rnn.network import RecurrentActorCritic, distribution, unroll
 from agents.spaces import single_agent
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @struct.dataclass

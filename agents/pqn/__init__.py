@@ -12,7 +12,8 @@ from agents.pqn.config import PQNConfig
 from agents.pqn.learner import PQN, Batch, PQNState, make_pqn
 from agents.pqn.network import QNetwork, q_network
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
-from rlpar.agent import AgentSpec, make_train
+from rlpar.core.agent import AgentSpec
+from rlpar.run.runner import make_train
 
 SPEC = AgentSpec(name="pqn", config_cls=PQNConfig, make=make_pqn)
 

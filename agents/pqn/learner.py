@@ -27,8 +27,8 @@ from agents.pqn.config import PQNConfig
 from agents.pqn.network import QNetwork, q_network
 from agents.pqn.qlearning import epsilon_greedy, epsilon_schedule, q_lambda_returns, td_loss
 from agents.spaces import discrete_actions
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @struct.dataclass

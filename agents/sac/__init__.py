@@ -8,7 +8,8 @@ from agents.sac.learner import SAC, LossInfo, SACOptState, SACParams, SACState, 
 from agents.sac.loss import (gaussian_log_prob, soft_q_targets, squashed_gaussian, squashed_gaussian_log_prob,
                              tanh_log_det)
 from agents.sac.networks import SquashedGaussianActor, TwinCritic
-from rlpar.agent import AgentSpec, make_train
+from rlpar.core.agent import AgentSpec
+from rlpar.run.runner import make_train
 
 SPEC = AgentSpec(name="sac", config_cls=SACConfig, make=make_sac)
 

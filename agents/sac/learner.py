@@ -26,8 +26,8 @@ from agents.sac.config import SACConfig
 from agents.sac.loss import soft_q_targets, squashed_gaussian
 from agents.sac.networks import SquashedGaussianActor, TwinCritic
 from agents.spaces import continuous_actions
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 @struct.dataclass

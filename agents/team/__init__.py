@@ -4,10 +4,12 @@ feed-forward or recurrent (``gru_size``), on PPO's loss, GAE, optimizer and fit.
 
 from __future__ import annotations
 
+from agents.team.common import TeamAgentState, TeamPPO
 from agents.team.config import TeamConfig
-from agents.team.learner import TeamAgentState, TeamPPO, make_team_ppo
+from agents.team.learner import make_team_ppo
 from agents.team.network import AgentInputs, TeamActorCritic
-from rlpar.agent import AgentSpec, make_train
+from rlpar.core.agent import AgentSpec
+from rlpar.run.runner import make_train
 
 
 def make_ippo(config, env, env_params, num_envs, axis_name=None):

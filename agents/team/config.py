@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from agents import checks
 from agents.ppo.config import PPOConfig
-from rlpar.agent import config_field
+from rlpar.core.agent import config_field
 
 ACTION_MASKS = ("auto", "on", "off")
 
@@ -58,7 +58,7 @@ class TeamConfig(PPOConfig):
         return self
 
     def env_kwargs(self) -> dict:
-        """What the env is made with for this config (``rlpar.runner``): the reward shaping's horizon in steps of
+        """What the env is made with for this config (``rlpar.run.runner``): the reward shaping's horizon in steps of
         each env (``reward_shaping_horizon / num_envs``, at least 1), where shaping is on."""
         if not isinstance(self.reward_shaping_horizon, int) or self.reward_shaping_horizon <= 0:
             return {}  # off, or refused by validate

@@ -19,11 +19,11 @@ from agents.networks import policy as categorical
 from agents.optim import make_optimizer
 from agents.ppo.loss import ppo_loss
 from agents.ppo_rnn.network import unroll
+from agents.team.common import TeamAgentState, TeamPPO, example_inputs, per_agent
 from agents.team.config import TeamConfig
-from agents.team.learner import TeamAgentState, TeamPPO, example_inputs, per_agent
 from agents.team.network import RecurrentTeamActorCritic, agent_inputs
-from rlpar.collectives import pmean
-from rlpar.rollout import Experience
+from rlpar.core.collectives import pmean
+from rlpar.core.rollout import Experience
 
 
 class TeamSequences(NamedTuple):

@@ -1,0 +1,376 @@
+"""Every choice rlpar makes per backend, each with the measurement that chose it.
+
+The mechanisms live elsewhere (threefry's unrolled lowering in ``rlpar.core.cpu_paths``, the Feistel walk and the gathers
+in ``agents.shuffle``, the collector in ``rlpar.core.rollout``, the init's compile in ``rlpar.run.build``, the layers in
+``agents.layers``); this module only answers which one runs. Each answer is a function read when a program is traced
+or compiled, never at import, so importing this module starts no JAX backend. ``docs/accelerators.md`` ("What each
+backend runs, and why") tabulates them: backend x choice x figure.
+
+The switch: ``cpu_fast_paths()`` is True on XLA:CPU and False elsewhere; most choices below follow it. How to ask,
+most specific first:
+
+- a choice forced in code (``set_fast_paths``/``fast_paths`` for the switch itself; ``set_shuffle_method``,
+  ``set_shuffle_block``, ``set_gather_layout``, ``set_keys_up_front``, ``set_collector_unroll``, or ``forcing(...)``
+  for one block, for tests and benchmarks that compare the answers on one backend);
+- the environment variable ``RLPAR_PLAIN_LAYERS=1``: every choice takes the accelerator's answer (``0`` or unset:
+  decide by platform), to check those answers on a laptop;
+- otherwise: by ``jax.default_backend()``.
+
+A program already compiled keeps the answers it was traced with: change them before building and tracing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any, Iterator
+
+import jax
+
+PLAIN_LAYERS_ENV = "RLPAR_PLAIN_LAYERS"
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("", "0", "false", "no", "off")
+
+_override: bool | None = None  # set_fast_paths / fast_paths; None: decide by environment variable and platform
+_forced: dict[str, Any] = {}  # a choice's name -> the answer forced for it (forcing); absent: the backend decides
+
+
+# --- the switch ------------------------------------------------------------------------------------------------------
+
+def forced() -> bool | None:
+    """What ``set_fast_paths``/``fast_paths`` asked for (``None``: nothing; the environment and platform decide)."""
+    return _override
+
+
+def set_fast_paths(enabled: bool | None) -> None:
+    """Force the fast paths on (``True``) or off (``False``) for everything traced from now on; ``None`` undoes it."""
+    global _override
+    if enabled is not None and not isinstance(enabled, bool):
+        raise TypeError(f"set_fast_paths takes True, False or None, got {enabled!r}")
+    _override = enabled
+
+
+@contextlib.contextmanager
+def fast_paths(enabled: bool | None) -> Iterator[None]:
+    """``set_fast_paths(enabled)`` inside the ``with`` block, the previous setting restored after it."""
+    previous = _override
+    set_fast_paths(enabled)
+    try:
+        yield
+    finally:
+        set_fast_paths(previous)
+
+
+def plain_layers_requested() -> bool:
+    """Whether ``$RLPAR_PLAIN_LAYERS`` asks for the plain code; ``ValueError`` for a value that is not a boolean."""
+    value = os.environ.get(PLAIN_LAYERS_ENV, "").strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(
+        f"{PLAIN_LAYERS_ENV}={os.environ[PLAIN_LAYERS_ENV]!r}: expected one of 1/0, true/false, yes/no, on/off"
+    )
+
+
+def cpu_fast_paths(platform: str | None = None) -> bool:
+    """Whether to use the XLA:CPU fast paths for code that runs on ``platform`` (default ``jax.default_backend()``).
+
+    ``set_fast_paths``/``fast_paths`` win when set; then ``$RLPAR_PLAIN_LAYERS`` turns the fast paths off; otherwise
+    they are on exactly when the platform is ``"cpu"``.
+    """
+    if _override is not None:
+        return _override
+    if plain_layers_requested():
+        return False
+    if platform is None:
+        platform = jax.default_backend()
+    return platform == "cpu"
+
+
+def resolve(fast: bool | None, platform: str | None = None) -> bool:
+    """A module's ``fast`` field resolved: itself when given, else ``cpu_fast_paths(platform)``."""
+    return cpu_fast_paths(platform) if fast is None else fast
+
+
+# --- forcing a choice ------------------------------------------------------------------------------------------------
+
+SHUFFLE_METHODS = ("feistel", "sort")
+GATHER_LAYOUTS = ("flat", "blocks", "shaped")
+
+
+def _check_method(name):
+    if name is not None and name not in SHUFFLE_METHODS:
+        raise ValueError(f"shuffle method {name!r}: expected one of {', '.join(SHUFFLE_METHODS)}")
+
+
+def _check_block(rows):
+    if rows is not None and (not isinstance(rows, int) or rows < 1):
+        raise ValueError(f"shuffle block {rows!r}: expected a positive integer or None")
+
+
+def _check_layout(name):
+    if name is not None and name not in GATHER_LAYOUTS:
+        raise ValueError(f"shuffle layout {name!r}: expected one of auto, {', '.join(GATHER_LAYOUTS)}")
+
+
+def _check_unroll(steps):
+    if steps is not None and (not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"unroll {steps!r}: expected a positive integer or None")
+
+
+_CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
+           "keys_up_front": lambda value: None, "collector_unroll": _check_unroll}
+CHOICES = tuple(_CHECKS)  # the choices ``forcing`` takes (the switch has its own ``fast_paths``)
+
+
+def _force(choice: str, answer: Any) -> None:
+    _CHECKS[choice](answer)
+    if answer is None:
+        _forced.pop(choice, None)
+    else:
+        _forced[choice] = answer
+
+
+def forced_answer(choice: str) -> Any:
+    """The answer forced for ``choice`` (one of ``CHOICES``), or ``None`` where the backend decides."""
+    if choice not in _CHECKS:
+        raise ValueError(f"choice {choice!r}: expected one of {', '.join(CHOICES)}")
+    return _forced.get(choice)
+
+
+@contextlib.contextmanager
+def forcing(**answers: Any) -> Iterator[None]:
+    """Inside the ``with`` block, each named choice (of ``CHOICES``) answers as given (``None``: as the backend
+    decides); the previous answers are restored after it. ``forcing(shuffle_method="sort", shuffle_block=8)``."""
+    unknown = set(answers) - set(_CHECKS)
+    if unknown:
+        raise ValueError(f"choices {sorted(unknown)}: expected some of {', '.join(CHOICES)}")
+    previous = {choice: _forced.get(choice) for choice in answers}
+    try:
+        for choice, answer in answers.items():
+            _force(choice, answer)
+        yield
+    finally:
+        for choice, answer in previous.items():
+            _force(choice, answer)
+
+
+def set_shuffle_method(name: str | None) -> None:
+    """Force ``shuffle_method``'s answer (one of ``SHUFFLE_METHODS``) from now on; ``None`` decides by platform."""
+    _force("shuffle_method", name)
+
+
+def set_shuffle_block(rows: int | None) -> None:
+    """Force ``shuffle_block``'s answer (where it divides the step's rows); ``None`` lets it decide again."""
+    _force("shuffle_block", rows)
+
+
+def set_gather_layout(name: str | None) -> None:
+    """Force ``gather_layout``'s answer (one of ``GATHER_LAYOUTS``); ``None`` lets it decide again."""
+    _force("gather_layout", name)
+
+
+def set_keys_up_front(enabled: bool | None) -> None:
+    """Force ``collector_keys_up_front``'s answer for collectors traced from now on; ``None`` decides by platform."""
+    _force("keys_up_front", enabled)
+
+
+def set_collector_unroll(steps: int | None) -> None:
+    """Force ``collector_unroll``'s answer for collectors traced from now on; ``None`` decides by platform."""
+    _force("collector_unroll", steps)
+
+
+# --- random numbers --------------------------------------------------------------------------------------------------
+
+_thread = threading.local()  # .rolled: this thread lowers threefry rolled whatever the switch says
+
+
+def threefry_unrolled(platform: str = "cpu") -> bool:
+    """Whether ``jax.random``'s threefry hash is lowered with its five key-schedule rounds unrolled
+    (``rlpar.core.cpu_paths``'s lowering, registered for XLA:CPU only; elsewhere JAX's own lowering runs): on the fast
+    paths, except in a thread inside ``rolled_threefry``.
+
+    Why: JAX lowers threefry on CPU as a ``fori_loop`` over the rounds; on XLA:CPU each loop iteration costs a
+    dispatch plus a copy of every loop-carried buffer, and a collector draws in every environment step. PPO on
+    CartPole with 8 environments ran about 1.15x faster unrolled, bit-identical (``docs/benchmarks.md``, "Where a
+    PPO update's time went")."""
+    return cpu_fast_paths(platform) and not getattr(_thread, "rolled", False)
+
+
+@contextlib.contextmanager
+def rolled_threefry() -> Iterator[None]:
+    """Inside the block, in this thread only, threefry is lowered as JAX's rolled loop whatever the switch says
+    (``threefry_unrolled`` is False): for a program that runs once, whose compilation the unrolled rounds lengthen
+    more than they shorten its run (PPO's init on CartPole: 2.0 s of compile CPU unrolled, 1.25 s rolled).
+    Thread-local because the runner lowers the init in a thread of its own while the main thread may be lowering or
+    compiling another program. Same values either way."""
+    previous = getattr(_thread, "rolled", False)
+    _thread.rolled = True
+    try:
+        yield
+    finally:
+        _thread.rolled = previous
+
+
+# --- layers and the optimizer step (agents.layers, agents.optim, the learners) ---------------------------------------
+
+DENSE_FAST_ROWS_AVX2 = 1024  # without AVX-512, Dense's fast path below this many rows (dense_fast_path)
+
+
+def dense_fast_path(platform: str | None = None, rows: int | None = None) -> bool:
+    """Whether ``agents.layers.Dense`` takes its fast path (the kernel gradient from an explicitly transposed input)
+    when its ``fast`` field is ``None``, for an input of ``rows`` rows (the batch, flattened; ``None``: unknown):
+    ``set_fast_paths`` when set; otherwise the fast paths on (``cpu_fast_paths``) and either XLA:CPU emitting AVX-512
+    (``rlpar.core.host_cpu.xla_cpu_avx512``) or fewer than ``DENSE_FAST_ROWS_AVX2`` rows.
+
+    The fast path was measured faster on an AVX-512 host (a whole PPO update about 7% faster,
+    ``docs/benchmarks.md``). On an AVX2 host (JAX 0.10.2, whole PPO updates in one process, the two paths in turns,
+    ``benchmarks/dense_paths.py``) the plain layer took 1.00-1.02x the fast path's time with minibatches of 256 rows
+    (CartPole, 8 envs), but 0.91-0.99x with 1,024 (Breakout-MinAtar's 2 x 256 MLP) and 0.90-0.97x with 32,768
+    (CartPole, 1024 envs): there the fast path is kept for small batches only."""
+    if forced() is not None:
+        return forced()
+    if not cpu_fast_paths(platform):
+        return False
+    from rlpar.core.host_cpu import xla_cpu_avx512  # a fact about this host, probed there
+
+    return xla_cpu_avx512() or (rows is not None and rows < DENSE_FAST_ROWS_AVX2)
+
+
+def conv_as_patches(platform: str | None = None) -> bool:
+    """Whether ``agents.layers.Conv3x3`` (``fast`` field ``None``) runs as a dense layer over 3x3 patches: on the
+    fast paths. XLA:CPU ran convolutions inside ``lax.scan`` about 8x slower than the equal matmul (0.8 s vs 0.09 s
+    for 4 minibatch gradients of 512 MinAtar frames; Breakout-MinAtar training went from about 50 to about 3000 SPS,
+    ``docs/benchmarks.md``); on GPU/TPU the convolution is what the compilers are tuned for."""
+    return cpu_fast_paths(platform)
+
+
+def raveled_update(platform: str | None = None) -> bool:
+    """Whether the learners take gradients and optimizer steps on all parameters raveled into one vector: on the fast
+    paths. On XLA:CPU ``optax.flatten`` took a gradient step from 130 to 77 kernels, 372 -> 333 us at 256 rows, and
+    the gradient with respect to the raveled vector 320-324 -> 260-274 us per step (``docs/benchmarks.md``, items 3
+    and 6); elsewhere the per-array optax code runs. The optimizer state is the same either way."""
+    return cpu_fast_paths(platform)
+
+
+# --- minibatch shuffles (agents.shuffle) -----------------------------------------------------------------------------
+
+BLOCK_MAX = 64  # rows of one time step moved as one unit at most, off XLA:CPU (shuffle_block)
+MIN_UNITS = 256  # units each minibatch holds at least, for shuffle_block to grow a block
+LANES = 128  # a TPU tile's minor dimension: blocks of rows at least this wide gather as [block, F] slabs
+
+
+def shuffle_method(platform: str | None = None) -> str:
+    """The permutation a trace takes: the forced one if set, else ``"feistel"`` (no sort) on the fast paths and
+    ``"sort"`` (``jax.random.permutation``) elsewhere.
+
+    Why: XLA:CPU sorts with a comparator call per comparison; on PPO's large CartPole config (1024 environments x 128
+    steps, 4 epochs) the sorting shuffles took about a third of an update. On a TPU v5e the two were close, and the
+    permutation was not where the update's time went (the row gathers were): whole PPO updates at 4,096 envs with
+    single rows took 133.5 ms with the Feistel walk and 144.8 ms with the sort on CartPole, 1,499 and 1,509 ms on
+    Breakout-MinAtar. With blocks of rows (``shuffle_block``) there are 64 times fewer units to permute, so the
+    choice matters less still; off the CPU the sort is kept: JAX's own, no data-dependent ``while_loop``
+    (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e")."""
+    method = _forced.get("shuffle_method")
+    if method is not None:
+        return method
+    return "feistel" if cpu_fast_paths(platform) else "sort"
+
+
+def shuffle_block(n: int, step_rows: int | None, num_minibatches: int) -> int:
+    """How many consecutive rows of a flat batch of ``n`` rows move together when it is shuffled: 1 with the Feistel
+    method; otherwise the largest power of two up to ``BLOCK_MAX`` that divides ``step_rows`` (the rows one time step
+    contributes: ``flat index = t * step_rows + r``, so a block never spans two time steps) and leaves every
+    minibatch at least ``MIN_UNITS`` blocks. ``None`` (layout unknown): 1. A forced block is taken where it divides
+    the step's rows and the minibatches, else 1.
+
+    Why: an accelerator gathers a few large rows far faster than many small ones. On a TPU v5e (PPO, 4,096 envs x
+    128 steps) CartPole's update took 145 ms with single rows and 12.7 ms with blocks of 64
+    (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"). A block holds different environments at
+    the same step, independent given the policy, so a minibatch of blocks is as varied as one of single rows;
+    every row is still used once per epoch and each order of the blocks is equally likely."""
+    if step_rows is None or n % num_minibatches:
+        return 1
+    block = _forced.get("shuffle_block")
+    if block is not None:
+        return block if step_rows % block == 0 and (n // block) % num_minibatches == 0 else 1
+    if shuffle_method() == "feistel":
+        return 1
+    block = 1
+    while (block * 2 <= BLOCK_MAX and step_rows % (block * 2) == 0
+           and (n // (block * 2)) % num_minibatches == 0 and n // (block * 2) // num_minibatches >= MIN_UNITS):
+        block *= 2
+    return block
+
+
+def gather_layout(block: int, width: int) -> str:
+    """How ``agents.shuffle.minibatches`` gathers blocks of ``block`` rows of ``width`` values each (one of
+    ``GATHER_LAYOUTS``): the forced layout if set; else ``"blocks"`` (``[block, width]`` slabs) for ``block > 1``
+    and ``width >= LANES``, ``"flat"`` (one flat row of ``block * width``) otherwise. ``"shaped"`` (rows in their
+    own shape) only when forced, to measure against.
+
+    Why: an accelerator lays out an array's last two dimensions in tiles (a TPU's are 8 x 128), so a shaped row is
+    gathered as padded tiles, a flat one as dense lanes. On a TPU v5e (PPO, 4,096 envs x 128 steps,
+    ``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"): CartPole's update took 145 ms with shaped
+    single rows and 12.7 ms with blocks of 64 as flat rows of 256; Breakout-MinAtar's (``F`` = 400) 1,509 ms
+    shaped, 284 ms flat, 149 ms as [64, 400] slabs, where blocks of 8 as flat rows of 3,200 asked for 21 GiB of
+    temporaries. On XLA:CPU (block 1) the reshapes are free."""
+    layout = _forced.get("gather_layout")
+    if layout is not None:
+        return layout
+    return "blocks" if block > 1 and width >= LANES else "flat"
+
+
+# --- the collector (rlpar.core.rollout) -----------------------------------------------------------------------------------
+
+KEYS_UP_FRONT_MAX = 1 << 20  # off XLA:CPU, keys split before the scan up to this many (collector_keys_up_front)
+UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU (collector_unroll)
+
+
+def collector_keys_up_front(num_keys: int | None = None) -> bool:
+    """Whether a collect that draws ``num_keys`` keys splits them all before its scan, or each step splits its own
+    from the step's index. Up front on the fast paths (each threefry call inside a loop costs a loop of its own on
+    XLA:CPU); elsewhere only up to ``KEYS_UP_FRONT_MAX`` keys: on a TPU v5e the array of all keys ([T, 1 + B, 2]
+    uint32) made the collector 1.5x faster at 1,024 envs x 128 steps, 1.06x at 4,096 and 1.2-1.6x slower from
+    8,192 envs (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e")."""
+    up_front = _forced.get("keys_up_front")
+    if up_front is not None:
+        return up_front
+    return cpu_fast_paths() or (num_keys is not None and num_keys <= KEYS_UP_FRONT_MAX)
+
+
+def collector_unroll() -> int:
+    """Environment steps per iteration of the collect's ``lax.scan``: 1 on the fast paths, where unrolling made the
+    collector slower on XLA:CPU; ``UNROLL_ACCELERATOR`` elsewhere: on a TPU v5e (CartPole, 128 steps) two steps per
+    iteration took the collector from 29% behind the bare gymnax loop to 15% ahead at 4,096 envs and from 23% behind
+    to level at 32,768; four steps gained 3-5% more but doubled the collector's compile time (``docs/benchmarks.md``,
+    "Shuffles and the collector on a TPU v5e")."""
+    steps = _forced.get("collector_unroll")
+    if steps is not None:
+        return steps
+    return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
+
+
+# --- the init's compile (rlpar.run.build) --------------------------------------------------------------------------------
+
+INIT_COMPILER_OPTIONS = {"xla_backend_optimization_level": 0}
+INIT_CPU_COMPILER_OPTIONS = {**INIT_COMPILER_OPTIONS, "xla_cpu_use_fusion_emitters": False}
+
+
+def init_compiler_options(platform: str) -> tuple[dict, ...]:
+    """The compiler options for the run's init program on ``platform``, in the order to try them (the next where
+    this XLA answers ``No such compile option``): on ``"cpu"`` ``INIT_CPU_COMPILER_OPTIONS`` then
+    ``INIT_COMPILER_OPTIONS``; elsewhere ``INIT_COMPILER_OPTIONS``. Independent of the switch: the init's state is
+    the same bit for bit either way.
+
+    Why: the init runs once, beside the chunk program's compilation (its own thread), so its options buy compile
+    time, not speed. XLA's backend optimisation level 0: the init's compile CPU on the CartPole preset 1.4 s -> 0.6 s
+    on a 2-core host (its floats may differ from an optimised build's in the last bit, the orthogonal initialiser's
+    arithmetic; the initial state is the same on every device, in every run and process). On XLA:CPU also the older
+    elemental emitters instead of the MLIR fusion emitters: PPO CartPole 1.25 -> 0.54 s of compile CPU, PQN 0.95 ->
+    0.37 s, SAC 1.45-2.07 -> 0.66-0.74 s, the same state bit for bit (``docs/benchmarks.md``, 2026-12-05)."""
+    if platform == "cpu":
+        return INIT_CPU_COMPILER_OPTIONS, INIT_COMPILER_OPTIONS
+    return (INIT_COMPILER_OPTIONS,)

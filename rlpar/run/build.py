@@ -1,0 +1,146 @@
+"""Compile the run's programs: the chunk program (``chunks._compile``) with the init lowered and compiled beside it in
+a thread, or the init alone; an error while they are traced becomes one ``BuildError`` line.
+
+It imports ``prepare`` (the prepared run) and ``chunks`` (the chunk program's compile), never ``runner``.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import threading
+from typing import Callable
+
+import jax
+import numpy as np
+
+from rlpar.core import parallel, platform, program
+from rlpar.core.agent import AgentSpec
+from rlpar.run import checkpoint, chunks, program_cache
+from rlpar.run.config import RunConfig
+from rlpar.run.prepare import _Prepared
+
+
+class BuildError(ValueError):
+    """Tracing or compiling the run's programs failed: most often a user's env or agent code raising while traced."""
+
+
+@contextlib.contextmanager
+def _building(agent: AgentSpec, run_config: RunConfig):
+    """Turn an error raised while the run's programs are traced and compiled into one ``BuildError`` line naming the
+    agent and env (the traceback stays attached: ``RLPAR_TRACEBACK=1``)."""
+    from envs import errors
+
+    try:
+        yield
+    except (KeyboardInterrupt, checkpoint.CheckpointError):
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise BuildError(str(errors.from_user_code(f"building the programs of agent {agent.name!r} on env "
+                                                   f"{run_config.env!r}", err))) from err
+
+
+def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: chunks._Schedule,
+           max_updates: int, hooks: chunks.Hooks):
+    """``(compiled chunk program, compile seconds, initial state)``."""
+    if restored is not None or jax.process_count() > 1:
+        state = _initial_state(prepared, config, run_config, restored)
+        compiled, compile_s = chunks._compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
+        return compiled, compile_s, state
+    # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
+    # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
+    # lowered beside the chunk's tracing instead, the two threads took turns with the GIL (docs/benchmarks.md,
+    # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: Python's
+    # import locks raised _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set
+    # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread.
+    program_cache.initialize_lapack()
+    init = _Init(prepared, config, run_config)
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
+        pending = []
+
+        def start_init():
+            if not pending:
+                pending.append(pool.submit(_initial_state, prepared, config, run_config, None, init))
+
+        def initial_state():
+            start_init()  # a no-op once started; _compile starts it unless it returns with nothing to build
+            return pending[0].result()
+
+        compiled, compile_s = chunks._compile(prepared, run_config, init.shapes, schedule, max_updates, hooks,
+                                              start_init, initial_state)
+        return compiled, compile_s, initial_state()
+
+
+INIT_COMPILER_OPTIONS = platform.INIT_COMPILER_OPTIONS
+INIT_CPU_COMPILER_OPTIONS = platform.INIT_CPU_COMPILER_OPTIONS
+
+
+def compile_init(lowered, backend: str):
+    """``lowered.compile`` with the init's options for the ``backend`` platform (``init_compiler_options`` in
+    ``rlpar.core.platform``, which says why), the next in turn where this XLA lacks one (``No such compile option``)."""
+    *preferred, last = platform.init_compiler_options(backend)
+    for options in preferred:
+        try:
+            return lowered.compile(options)
+        except jax.errors.JaxRuntimeError as err:
+            if "No such compile option" not in str(err):
+                raise
+    return lowered.compile(last)
+
+
+class _Init:
+    """The run's init program (``_seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
+    use, under a lock: the chunk program's lowering needs the state's shapes, which come from that trace (a separate
+    ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole), and the init's thread lowers it."""
+
+    def __init__(self, prepared: _Prepared, config, run_config: RunConfig):
+        devices, groups = prepared.devices, run_config.population_devices
+        self.args = (parallel.replicate(np.uint32(config.seed), devices, groups),
+                     parallel.device_positions(devices, groups))
+        self._make_init = _seeded_init(prepared.make_program, len(devices), groups)
+        self._devices, self._groups, self._backend = devices, groups, run_config.device_backend
+        self._lock = threading.Lock()
+        self._traced = None
+
+    def _trace(self):
+        with self._lock:
+            if self._traced is None:
+                self._traced = parallel.trace_init_at(self._make_init, self._devices, *self.args, self._groups,
+                                                      self._backend)
+            return self._traced
+
+    def compile(self):
+        with platform.rolled_threefry():  # it runs once: the rolled loop compiles faster (rlpar.core.platform)
+            lowered = self._trace()[0].lower()
+        return compile_init(lowered, self._devices[0].platform)
+
+    def shapes(self):
+        """The initial state's shapes and shardings, for lowering the chunk program before the state exists."""
+        return self._trace()[1]
+
+
+def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored,
+                   init: _Init | None = None) -> program.TrainState:
+    if restored is not None:
+        return parallel.rows_from_host(restored.state, prepared.devices, run_config.population_devices)
+    init = init or _Init(prepared, config, run_config)
+    compiled, _ = program_cache.load_or_compile("init", init.compile, prepared.programs)
+    return compiled(*init.args)
+
+
+def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):
+    """``axis_name -> init(seed, position)``: the program's init with the run's keys derived inside it, as
+    ``split(PRNGKey(seed))`` into the parameter key (shared) and the devices' key, split once more per device
+    (``parallel.device_key``; with device groups, per device of a group): nothing runs for the keys outside the one
+    compiled init."""
+
+    def make_init(axis_name):
+        init = make_program(axis_name).init
+
+        def seeded(seed, position):
+            key_params, key_devices = jax.random.split(jax.random.PRNGKey(seed))
+            return init(key_params, parallel.device_key(key_devices, position, num_devices, groups))
+
+        return seeded
+
+    return make_init

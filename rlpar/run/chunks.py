@@ -1,0 +1,213 @@
+"""The chunk loop: compile the run's one chunk program, then run it chunk after chunk, logging each, evaluating and
+checkpointing when due, stopping on Ctrl-C (``Interrupted``) or a scheduler's signal (``preemption.Preempted``).
+
+It imports ``prepare`` (the prepared run's type), ``records`` (each chunk's record) and ``state`` (saving a
+checkpoint, the non-finite stop), never ``build`` or ``runner``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from rlpar.core import episodes, hosts, parallel, population, program, seeds
+from rlpar.run import checkpoint, compile_cache, guard, preemption, program_cache
+from rlpar.run.config import RunConfig
+from rlpar.run.logs import RunLogger
+from rlpar.run.prepare import _Prepared
+from rlpar.run.records import add_members, summarize
+from rlpar.run.state import _save_checkpoint, _stop_if_nonfinite
+
+
+class Interrupted(Exception):
+    """Ctrl-C during training: the run stopped at ``update``; ``checkpoint`` is the newest one saved (or None)."""
+
+    def __init__(self, update: int, checkpoint_update: int | None, run_dir: str):
+        super().__init__(f"interrupted at update {update}")
+        self.update, self.checkpoint_update, self.run_dir = update, checkpoint_update, run_dir
+
+
+class Hooks(NamedTuple):
+    """What the host loop reports while it runs (all optional): the CLI's progress display listens. With
+    ``started_at`` (a ``time.time()`` of the process start) the first chunk's record gets ``startup_s``."""
+
+    on_log: Callable[[dict], None] | None = None  # each chunk's record
+    on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
+    # ("restoring", {"run_dir"}), ("resumed", {"update", "checkpoint"})
+    started_at: float | None = None
+
+
+class _Schedule(NamedTuple):
+    """The chunks still to run and when to evaluate."""
+
+    lengths: list[int]  # updates per chunk
+    done: int  # updates done before the first of them
+    eval_every: int  # evaluate after the chunk reaching each multiple of this, and at the end; 0: never
+    seed: int  # the run's seed (evaluation keys: program.eval_key)
+
+
+def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> program.ChunkControl:
+    return program.ChunkControl(updates=np.int32(length), evaluate=np.bool_(evaluate), updates_done=np.int32(done),
+                                seed=np.uint32(schedule.seed))
+
+
+def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
+             max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
+             wait: Callable[[], Any] | None = None):
+    """The run's one program (``program.make_chunk``): any chunk length up to ``max_updates``, evaluation in it.
+    ``state()``: the state it runs on, or its shapes and shardings (called only when the program is compiled);
+    ``lowered()``: called once it is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``: what
+    else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
+    if not schedule.lengths:  # a finished run resumed: nothing to compile
+        return None, 0.0
+    if hooks.on_status:
+        hooks.on_status("compiling", {})
+    start, hits = time.perf_counter(), compile_cache.hits()
+
+    groups = run_config.population_devices
+
+    def make_step(axis_name):
+        built = prepared.make_program(axis_name)
+        checked = guard.with_finite_flag(built.update, run_config.member_groups.axes(axis_name))
+        return program.make_chunk(built._replace(update=checked), max_updates)
+
+    example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
+    name = f"chunk of {max_updates}"
+    if lowered is not None and program_cache.stored(name, prepared.programs):
+        lowered()  # it will be loaded whole: what waits for its lowering (the init) starts beside the load
+    compiled, loaded = program_cache.load_or_compile(
+        name, lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
+                                                                 backend=run_config.device_backend, groups=groups,
+                                                                 lowered=lowered),
+        prepared.programs)
+    if wait is not None:
+        wait()
+    compile_s = time.perf_counter() - start
+    if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.run.program_cache
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
+                                     "saved": loaded})
+    return compiled, compile_s
+
+
+class _Outputs(NamedTuple):
+    checkpoints: checkpoint.Checkpoints | None
+    logger: RunLogger | None
+    hooks: Hooks
+    meta: dict
+    devices: list  # for their memory statistics
+    watch: preemption.Watch | None = None  # SIGTERM / SIGUSR1 seen: stop after the chunk
+    groups: int = 1  # the slots' device groups (RunConfig.population_devices)
+
+
+def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
+           run_config: RunConfig, slots: seeds.Slots):
+    """Run the chunks; log each one, evaluate and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of
+    the interrupted chunk is logged or saved, so the run dir stays resumable)."""
+    startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
+    done = schedule.done
+    try:
+        _stop_if_preempted(out, run_config, done)  # asked while compiling: nothing new to save
+        for i, length in enumerate(schedule.lengths):
+            evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
+                                                          config.num_updates)
+            control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices, out.groups)
+            start = time.perf_counter()
+            with _profiling(run_config.profile if i == min(1, len(schedule.lengths) - 1) else ""):  # one warm chunk
+                new_state, raw = compiled(state, control)
+                raw = parallel.to_host(raw)  # waits for the devices
+            seconds = time.perf_counter() - start
+            evaluation = {k: raw.pop(k) for k in (episodes.RETURNS, episodes.LENGTHS) if k in raw}
+            raw = {k: v[:length] for k, v in raw.items()}  # the rows of the updates that ran
+            _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
+            members = {k: raw.pop(k) for k in list(raw) if k.startswith(population.METRIC_PREFIX)}
+            state, before, done = new_state, done, done + length
+            record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
+                               steps_in_chunk=length * config.batch_size * slots.count,  # sps: every slot's steps
+                               evaluation=evaluation if evaluate else None)
+            if members:
+                add_members(record, members, before)
+            if startup_s is not None:
+                record["startup_s"], startup_s = round(startup_s, 3), None
+            memory = hosts.memory_stats(out.devices)
+            if memory is not None:
+                record["memory"] = memory
+            _finish_chunk(record, records, out)
+            saved = out.checkpoints is not None and _due(before, done, run_config.checkpoint_every,
+                                                         config.num_updates)
+            if saved:
+                _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
+            if done < config.num_updates:
+                _stop_if_preempted(out, run_config, done, state, saved)
+    except KeyboardInterrupt:
+        latest = out.checkpoints.latest() if out.checkpoints is not None else None
+        raise Interrupted(done, latest, run_config.run_dir) from None
+    return state
+
+
+def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: Any = None,
+                       saved: bool = False) -> None:
+    """Raise ``preemption.Preempted`` if any process was sent SIGTERM or SIGUSR1, after saving a checkpoint of
+    ``state`` at ``done`` unless it was just ``saved`` (``state=None``: before the first chunk, nothing new to save).
+    Every process calls this after every chunk: in a multi-process run it is a collective, so all of them stop after
+    the same update."""
+    if not preemption.agreed(out.watch):
+        return
+    latest = None
+    if out.checkpoints is not None and state is not None:
+        if not saved:
+            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
+        latest = done  # known here: a process other than 0 may return from the save before 0 commits it
+    elif out.checkpoints is not None:
+        latest = out.checkpoints.latest()
+    raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process")
+
+
+@contextlib.contextmanager
+def _profiling(directory: str):
+    """A ``jax.profiler`` trace of what runs inside, into ``directory`` (nothing when empty); TensorBoard's profile
+    plugin opens the ``.xplane.pb``, Perfetto (ui.perfetto.dev) the ``.trace.json.gz``."""
+    if not directory or not hosts.is_primary():
+        yield
+        return
+    jax.profiler.start_trace(str(Path(directory).absolute()), create_perfetto_trace=True)
+    try:
+        yield
+    finally:
+        jax.profiler.stop_trace()
+
+
+def _finish_chunk(record: dict, records: list[dict], out: _Outputs) -> None:
+    """Keep, write and report a chunk's record (before its checkpoint, if one is due)."""
+    records.append(record)
+    if out.logger is not None:
+        out.logger.write(record)
+    if out.hooks.on_log is not None:
+        out.hooks.on_log(record)
+
+
+def chunk_lengths(num_updates: int, log_every: int) -> list[int]:
+    """Updates per call of the compiled program: ``log_every`` each, then the remainder; e.g. (25, 10) ->
+    [10, 10, 5]."""
+    lengths = [log_every] * (num_updates // log_every)
+    if num_updates % log_every:
+        lengths.append(num_updates % log_every)
+    return lengths
+
+
+def _chunks_done(lengths: list[int], updates_done: int) -> int:
+    """How many of ``lengths`` a run ``updates_done`` updates in has finished (it must sit on a chunk boundary)."""
+    ends = [0] + [int(e) for e in np.cumsum(lengths)]
+    if updates_done not in ends:
+        raise checkpoint.CheckpointError(f"update {updates_done} is not a chunk boundary of this run's log_every")
+    return ends.index(updates_done)
+
+
+def _due(before: int, after: int, every: int, num_updates: int) -> bool:
+    """Checkpoint (or evaluate) after the chunk of updates ``(before, after]`` if it reached a multiple of ``every``
+    or ended the run."""
+    return after == num_updates or (every > 0 and after // every > before // every)
