@@ -1,6 +1,6 @@
 """rlpar: Anakin-style RL experience collection and training in JAX (gymnax envs, vmap + scan, pmap).
 
-Layers, each importing only the ones above it in this list (``tests/test_layers.py`` checks it):
+Layers, each importing only the ones above it in this list (``tests/test_layering.py`` checks it):
 
 - ``envs`` (its own package): environments; imports nothing of ``rlpar`` or ``agents``.
 - ``rlpar.core``: the engine core, on the devices: the agent contract, collector, per-device program, episodes,
