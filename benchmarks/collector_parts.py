@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     parser.add_argument("--min-steps-per-call", type=int, default=16384)
     parser.add_argument("--calls", type=int, default=0)
     parser.add_argument("--only", default="", help="semicolon list of variants (bare is always timed)")
-    parser.add_argument("--out", default=None)
+    common.add_out_argument(parser, "collector_parts")
     args = parser.parse_args(argv)
     args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
     args.only = [s.strip() for s in args.only.split(";") if s.strip()]

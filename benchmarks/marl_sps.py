@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--min-repeat-s", type=float, default=0.5)
     parser.add_argument("--train-steps", type=int, default=409_600, help="env steps of each end-to-end run")
-    parser.add_argument("--out", default=None)
+    common.add_out_argument(parser, "marl_sps")
     args = parser.parse_args(argv)
     counts = [int(d) for d in args.devices.split(",")]
 

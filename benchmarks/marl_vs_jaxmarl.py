@@ -123,7 +123,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=30, help="JaxMARL's config's SEED")
     parser.add_argument("--rounds", type=int, default=1, help="rounds of both sides, alternating")
     parser.add_argument("--sides", default="rlpar,jaxmarl")
-    parser.add_argument("--out", default=None)
+    common.add_out_argument(parser, "marl_vs_jaxmarl")
     parser.add_argument("--side", choices=["rlpar", "jaxmarl"], default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     script = Path(args.jaxmarl_script).expanduser()

@@ -72,7 +72,7 @@ def main(argv=None) -> int:
                         help="halve between the last fit and the first miss until they are this close (a fraction)")
     parser.add_argument("--memory-gib", type=float, default=None,
                         help="the device's memory (default: what JAX reports; a CPU reports none: then --stop ends)")
-    parser.add_argument("--out", default=None)
+    common.add_out_argument(parser, "memory_fit")
     args = parser.parse_args(argv)
 
     import jax

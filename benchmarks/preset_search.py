@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     parser.add_argument("--total-timesteps", type=int, default=10_000_000, help="env steps per slot")
     parser.add_argument("--eval-episodes", type=int, default=64)
     parser.add_argument("--set", default="", help="other config fields for every shape, FIELD=VALUE,...")
-    parser.add_argument("--out", default=None)
+    common.add_out_argument(parser, "preset_search")
     args = parser.parse_args(argv)
     shapes = [parse_shape(text) for text in args.shapes.split(",")]
     extra = dict(item.split("=", 1) for item in args.set.split(",") if item)

@@ -63,7 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=3, help="updates per compiled call")
     parser.add_argument("--rounds", type=int, default=5, help="turns of the methods")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")
-    parser.add_argument("--out", default=None, help="append the JSON lines here")
+    common.add_out_argument(parser, "shuffle_paths")
     args = parser.parse_args(argv)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     for m in methods:
