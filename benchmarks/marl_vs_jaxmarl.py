@@ -10,7 +10,8 @@
   env count, budget and seeds.
 
 Each side reports its compile time and its SPS (team env steps x seeds per second of the compiled program's run,
-compilation apart), and the wall time of its process. Sides alternate for ``--rounds``.
+compilation apart), and the wall time of its process. Sides alternate for ``--rounds``; the ratio is the median of
+the rounds' ratios.
 
     python benchmarks/marl_vs_jaxmarl.py --jaxmarl-script ~/JaxMARL/baselines/IPPO/ippo_ff_mpe.py \\
         --num-envs 1024 --total-timesteps 20000000
@@ -21,15 +22,13 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 import time
 import types
 from pathlib import Path
 
 import common  # also puts the repository root on sys.path
-from common import command_line, emit, platform_fields
+from common import emit, platform_fields
 
 ENV_ID = "marl-MPE_simple_spread_v3"
 
@@ -100,7 +99,7 @@ def run_rlpar(args) -> dict:
     run_s = sum(record["time_s"] for record in result.metrics)
     steps = result.metrics[-1]["env_steps"] * args.num_seeds
     return {"compile_s": result.compile_s, "run_s": run_s, "env_steps": steps, "sps": steps / run_s,
-            "last_return": result.metrics[-1].get("episode/return")}
+            "last_return": result.metrics[-1].get("episode_return")}
 
 
 def side(args) -> int:
@@ -132,25 +131,20 @@ def main(argv=None) -> int:
                        f"with config/{script.stem}.yaml beside it\n")
     if args.side:
         return side(args)
-    base = {"benchmark": "marl_vs_jaxmarl", "env": ENV_ID, "num_envs": args.num_envs,
-            "total_timesteps": args.total_timesteps, "num_seeds": args.num_seeds, "command": command_line(),
-            **common.host_fields()}
-    records: dict[str, list[dict]] = {}
-    for _ in range(args.rounds):
-        for name in args.sides.split(","):
-            cmd = [sys.executable, __file__, *(argv if argv is not None else sys.argv[1:]), "--side", name]
-            done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
-            lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-            if done.returncode or not lines:
-                print(f"{name}: exit {done.returncode}\n{done.stderr[-3000:]}", file=sys.stderr)
-                continue
-            record = {**base, **json.loads(lines[-1])}
-            records.setdefault(name, []).append(record)
-            emit(record, args.out)
-    if "rlpar" in records and "jaxmarl" in records:
-        ratio = (sorted(r["sps"] for r in records["rlpar"])[len(records["rlpar"]) // 2]
-                 / sorted(r["sps"] for r in records["jaxmarl"])[len(records["jaxmarl"]) // 2])
-        print(f"rlpar / jaxmarl SPS (medians): {ratio:.2f}x", flush=True)
+    base = common.record("marl_vs_jaxmarl", env=ENV_ID, num_envs=args.num_envs,
+                         total_timesteps=args.total_timesteps, num_seeds=args.num_seeds)
+    own = argv if argv is not None else sys.argv[1:]
+    sps: dict[str, dict[int, float]] = {}
+    for round_, name in common.interleave(args.rounds, args.sides.split(",")):
+        done = common.run_fresh([sys.executable, __file__, *own, "--side", name], check=False)
+        if not done.records:
+            print(f"{name}: no record\n{done.stderr[-3000:]}", file=sys.stderr)
+            continue
+        record = {**base, **done.records[-1], "round": round_}
+        sps.setdefault(name, {})[round_] = record["sps"]
+        emit(record, args.out)
+    if "rlpar" in sps and "jaxmarl" in sps:
+        print(f"rlpar / jaxmarl SPS: {common.ratio_text(common.ratio(sps['rlpar'], sps['jaxmarl']))}", flush=True)
     return 0
 
 

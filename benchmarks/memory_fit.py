@@ -55,7 +55,8 @@ def analyse(spec, config, env, env_params, num_envs: int, slots: int) -> dict:
     memory = compiled.memory_analysis()
     fields = {name: int(getattr(memory, f"{name}_size_in_bytes", 0) or 0)
               for name in ("argument", "output", "temp", "alias", "generated_code")}
-    fields["total"] = fields["argument"] + fields["output"] - fields["alias"] + fields["temp"] + fields["generated_code"]
+    fields["total"] = (fields["argument"] + fields["output"] - fields["alias"] + fields["temp"]
+                       + fields["generated_code"])
     return {"fits": True, **{f"{k}_mib": round(v / MIB, 2) for k, v in fields.items()},
             "total_bytes": fields["total"], "compile_s": round(time.perf_counter() - start, 2)}
 
@@ -80,12 +81,15 @@ def main(argv=None) -> int:
     import envs
     from rlpar.tools import registry
 
-    spec = registry.get(args.agent)
-    for_env = getattr(spec.config_cls, "for_env", None)
-    config = for_env(args.env) if for_env else spec.config_cls()
-    if args.num_steps:
-        config = config.replace(num_steps=args.num_steps)
-    env, env_params = envs.make(args.env)
+    try:  # an unknown agent or env: one line, before anything compiles
+        spec = registry.get(args.agent)
+        for_env = getattr(spec.config_cls, "for_env", None)
+        config = for_env(args.env) if for_env else spec.config_cls()
+        if args.num_steps:
+            config = config.replace(num_steps=args.num_steps)
+        env, env_params = envs.make(args.env)
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
     fields = platform_fields(jax.devices()[:1])
     limit = (args.memory_gib * 2 ** 30 if args.memory_gib else fields.get("device_memory_bytes")) or float("inf")
     base = {"benchmark": "memory_fit", "agent": args.agent, "env": args.env, "num_steps": config.num_steps,

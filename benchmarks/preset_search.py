@@ -44,24 +44,31 @@ def main(argv=None) -> int:
     parser.add_argument("--num-seeds", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=10_000_000, help="env steps per slot")
     parser.add_argument("--eval-episodes", type=int, default=64)
-    parser.add_argument("--set", default="", help="other config fields for every shape, FIELD=VALUE,...")
     common.add_out_argument(parser, "preset_search")
     args = parser.parse_args(argv)
-    shapes = [parse_shape(text) for text in args.shapes.split(",")]
-    extra = dict(item.split("=", 1) for item in args.set.split(",") if item)
+    try:
+        shapes = [parse_shape(text) for text in args.shapes.split(",")]
+    except argparse.ArgumentTypeError as err:
+        parser.exit(2, f"error: --shapes {err}\n")
 
     import jax
 
     import agents.ppo
     from agents.ppo import PPOConfig
 
-    base = PPOConfig.for_env(args.env)
-    typed = {name: type(getattr(base, name))(value) if not isinstance(getattr(base, name), bool)
-             else value.lower() in ("1", "true", "yes") for name, value in extra.items()}
+    base = PPOConfig.for_env(args.env, platform="cpu")  # the CPU preset's learning settings, on any backend
+    try:  # an unknown env or a shape the config refuses: one line, before anything compiles
+        import envs
+
+        envs.make(args.env)
+        for shape in shapes:
+            base.replace(**shape).validate()
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
     for shape in shapes:
-        config = base.replace(**shape, **typed, total_timesteps=args.total_timesteps)
+        config = base.replace(**shape, total_timesteps=args.total_timesteps)
         start = time.perf_counter()
-        result = agents.ppo.train(config, args.env, devices=1, num_seeds=args.num_seeds, sweep=args.sweep or None,
+        result = agents.ppo.train(config, args.env, devices=1, num_seeds=args.num_seeds, sweep=args.sweep,
                                   log_every=max(1, config.num_updates // 4), eval_every=10 ** 9,
                                   eval_episodes=args.eval_episodes)
         wall = time.perf_counter() - start
@@ -69,7 +76,7 @@ def main(argv=None) -> int:
         run_s = sum(record["time_s"] for record in result.metrics)
         slots = last.get("slots") or [last]
         record = {"benchmark": "preset_search", "env": args.env, **shape, "total_timesteps": args.total_timesteps,
-                  "sweep": args.sweep, "num_seeds": args.num_seeds, "set": extra, "compile_s": result.compile_s,
+                  "sweep": args.sweep, "num_seeds": args.num_seeds, "compile_s": result.compile_s,
                   "run_s": run_s, "wall_s": wall, "sps_all_slots": last["env_steps"] * len(slots) / run_s,
                   **platform_fields(jax.devices()[:1]), "command": command_line()}
         grid = sweep_grid(args.sweep)

@@ -60,3 +60,15 @@ def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     assert done.returncode == 2
     assert "expected JaxMARL's baselines/IPPO/ippo_ff_mpe.py" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("script, args, says", [
+    ("memory_fit.py", ["--agent", "nope"], "unknown agent 'nope'"),
+    ("memory_fit.py", ["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
+    ("preset_search.py", ["--shapes", "8x8"], "expected ENVSxSTEPSxMINIBATCHESxEPOCHS"),
+    ("preset_search.py", ["--shapes", "8x8x3x1"], "num_minibatches=3"),
+])
+def test_bad_input_is_one_line_and_exit_2_before_anything_compiles(script, args, says):
+    done = _run(script, *args)
+    assert done.returncode == 2 and says in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1

@@ -2,7 +2,8 @@
 
 The CLI starts from the preset of ``--env`` and applies the flags given on top; from Python use
 ``PPOConfig.for_env(env_id)``. ``ACCELERATOR`` holds an env's preset for a TPU or GPU, where far more envs per
-update cost little time: ``for_env`` takes it when JAX's default backend is not the CPU (or ``platform=`` says so). The returns each preset reaches are measured in README.md ("Presets").
+update cost little time: ``for_env`` takes it when JAX's default backend is not the CPU (or ``platform=`` says so).
+The returns each preset reaches are measured in README.md ("Presets").
 Environments without an entry use the plain defaults (tuned for CartPole-v1), except brax envs (``BRAX``).
 """
 
@@ -80,9 +81,11 @@ PRESETS: dict[str, dict] = _Presets({
 
 # On an accelerator (JAX's default backend not the CPU): the CPU preset's learning settings with many more envs and
 # fewer steps each, chosen by measurement on one TPU v5e (benchmarks/preset_search.py, 1e7 steps, 3 seeds per value,
-# greedy return of 64 episodes; results/2026-12-05/preset_search.jsonl): 1024 envs x 16 steps, 8 minibatches, lr
-# 2e-3: 39.8, 41.5, 57.1; lr 1e-3: 29.0, 21.5, 87.4; lr 5e-4: 27.8, 7.0, 17.6 (512 x 32 at 2e-3: 65.4, 44.5, 32.6;
-# 256 x 32 at 2e-3: 0.0, 45.9, 60.0). A run of it: 2.2M SPS, 1e7 steps in 4.5 s after compile (docs/accelerators.md).
+# greedy return of 64 episodes; benchmarks/results/2026-12-05/preset_search_breakout_tpu_v5e.jsonl): 1024 envs x 16
+# steps, 8 minibatches, lr 2e-3: 39.8, 41.5, 57.1; lr 1e-3: 29.0, 21.5, 87.4; lr 5e-4: 27.8, 7.0, 17.6 (512 x 32 at
+# 2e-3: 65.4, 44.5, 32.6; 256 x 32 at 2e-3: 0.0, 45.9, 60.0). Seeds spread widely: the command line's seeds 0-2 reached
+# 18.8, 23.6, 18.8 on the chip, four more slots 73.5, 81.0, 61.5, 57.6 on a CPU (mean of all ten 47.3). A run of this
+# shape: 2.2M SPS, 1e7 steps in 4.5 s after compile (docs/accelerators.md).
 ACCELERATOR: dict[str, dict] = {
     "Breakout-MinAtar": dict(PRESETS["Breakout-MinAtar"], num_envs=1024, num_steps=16, lr=2e-3),
 }
