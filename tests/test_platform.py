@@ -90,6 +90,8 @@ def test_forcing_wins_and_is_restored_even_after_an_error():
             assert platform.gather_layout(1, 4) == "shaped"
             assert not platform.collector_keys_up_front(10)
             assert platform.collector_unroll() == 4
+            with platform.forcing(raveled_update=False):  # the XLA:CPU path turned off here, by name
+                assert not platform.raveled_update() and not platform.raveled_update("cpu")
             with platform.forcing(collector_unroll=None):  # None: the backend decides inside
                 assert platform.collector_unroll() == 1
             assert platform.collector_unroll() == 4
@@ -107,6 +109,7 @@ def test_forcing_wins_and_is_restored_even_after_an_error():
     ({"shuffle_block": 0}, "shuffle block 0"),
     ({"gather_layout": "tiles"}, "shuffle layout 'tiles'"),
     ({"collector_unroll": 1.5}, "unroll 1.5"),
+    ({"raveled_update": "yes"}, "'yes': expected True, False or None"),
     ({"dense": True}, "choices \\['dense'\\]"),
 ])
 def test_a_bad_answer_is_refused_and_nothing_stays_forced(answers, message):

@@ -115,13 +115,18 @@ def _check_layout(name):
         raise ValueError(f"shuffle layout {name!r}: expected one of auto, {', '.join(GATHER_LAYOUTS)}")
 
 
+def _check_bool(value):
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{value!r}: expected True, False or None")
+
+
 def _check_unroll(steps):
     if steps is not None and (not isinstance(steps, int) or steps < 1):
         raise ValueError(f"unroll {steps!r}: expected a positive integer or None")
 
 
 _CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
-           "keys_up_front": lambda value: None, "collector_unroll": _check_unroll}
+           "keys_up_front": _check_bool, "collector_unroll": _check_unroll, "raveled_update": _check_bool}
 CHOICES = tuple(_CHECKS)  # the choices ``forcing`` takes (the switch has its own ``fast_paths``)
 
 
@@ -251,8 +256,11 @@ def raveled_update(platform: str | None = None) -> bool:
     """Whether the learners take gradients and optimizer steps on all parameters raveled into one vector: on the fast
     paths. On XLA:CPU ``optax.flatten`` took a gradient step from 130 to 77 kernels, 372 -> 333 us at 256 rows, and
     the gradient with respect to the raveled vector 320-324 -> 260-274 us per step (``docs/benchmarks.md``, items 3
-    and 6); elsewhere the per-array optax code runs. The optimizer state is the same either way."""
-    return cpu_fast_paths(platform)
+    and 6); elsewhere the per-array optax code runs. The optimizer state is the same either way. On a TPU v5e the
+    raveled update took PPO on Breakout-MinAtar at one env x 128 steps from 15.1k to 15.4k SPS (forced, with
+    ``forcing(raveled_update=True)``): within the spread, and not taken there (``docs/benchmarks.md``)."""
+    raveled = _forced.get("raveled_update")
+    return cpu_fast_paths(platform) if raveled is None else raveled
 
 
 # --- minibatch shuffles (agents.shuffle) -----------------------------------------------------------------------------
