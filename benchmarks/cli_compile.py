@@ -29,7 +29,7 @@ import train_vs_peer
 def run_cli(code: Path, argv: list[str], total_timesteps: int) -> dict:
     run = common.run_fresh([sys.executable, "-m", "rlpar.train", *argv, "--no-compile-cache", "--eval-every", "0",
                             "--total-timesteps", str(total_timesteps)], cwd=code,
-                           env={"PYTHONPATH": str(code), "RLPAR_CACHE_DIR": "off"}, timeout_s=900)
+                           env={"PYTHONPATH": common.pythonpath_first(code), "RLPAR_CACHE_DIR": "off"}, timeout_s=900)
     compiled = re.search(r"compiled in ([0-9.]+)s", run.stdout)
     return {"code": str(code), "commit": _commit(code), "compile_s": float(compiled.group(1)),
             "process_cpu_s": round(run.cpu_s, 3), "wall_s": round(run.wall_s, 3)}

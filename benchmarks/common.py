@@ -129,6 +129,12 @@ def run_fresh(argv: Sequence[str], env: dict | None = None, cwd: str | Path = RO
     return FreshRun(records, proc.stdout, proc.stderr, wall, cpu)
 
 
+def pythonpath_first(code: str | Path) -> str:
+    """``PYTHONPATH`` with ``code`` first and this process's own entries after it (a machine may keep its JAX in a
+    folder that ``PYTHONPATH`` names: replacing it would lose that)."""
+    return os.pathsep.join([str(code), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))])
+
+
 def peer_row(peer: str, argv: list[str], timeout_s: float = 900) -> dict | None:
     """``peers.py PEER ARGV`` in the peer's own environment: its record, with ``program`` and the ``command`` that
     reproduces it; None where the peer is not installed (``python benchmarks/peers.py install``)."""
@@ -283,6 +289,65 @@ def emit(record: dict, out: str | None) -> None:
 
 def read_jsonl(path: str | Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def add_force_argument(parser) -> None:
+    """``--force CHOICE=VALUE`` (repeatable): answer one of ``rlpar.core.platform``'s per-backend choices as given
+    (``fast_paths=on|off`` for the switch; ``collector_unroll=4``, ``raveled_update=on``, ``shuffle_method=sort``, ...),
+    to time the answers against each other on one backend. ``apply_forcing`` applies them."""
+    parser.add_argument("--force", action="append", default=[], metavar="CHOICE=VALUE",
+                        help="force one of rlpar.core.platform's choices (fast_paths, collector_unroll, "
+                             "raveled_update, keys_up_front, shuffle_method, shuffle_block, gather_layout)")
+
+
+def parse_forcing(items: Sequence[str]) -> dict:
+    """``["collector_unroll=4", "fast_paths=on"]`` -> ``{"collector_unroll": 4, "fast_paths": True}``;
+    ``ValueError`` (one line) for an unknown choice or a value it cannot take."""
+    from rlpar.core import platform
+
+    known = ("fast_paths", *platform.CHOICES)
+    forced = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or name not in known:
+            raise ValueError(f"--force {item!r}: expected CHOICE=VALUE with CHOICE one of {', '.join(known)}")
+        lowered = text.strip().lower()
+        if lowered in ("on", "true", "1", "yes"):
+            value = True
+        elif lowered in ("off", "false", "0", "no"):
+            value = False
+        elif lowered.isdigit():
+            value = int(lowered)
+        else:
+            value = text.strip()
+        if name in ("collector_unroll", "shuffle_block") and isinstance(value, bool):
+            value = int(value)
+        forced[name] = value
+    for name, value in forced.items():  # each answer checked before anything is traced
+        if name == "fast_paths":
+            if not isinstance(value, bool):
+                raise ValueError(f"--force fast_paths={value!r}: expected on or off")
+        else:
+            try:
+                platform._CHECKS[name](value)
+            except ValueError as error:
+                raise ValueError(f"--force {name}={value!r}: {error}") from None
+    return forced
+
+
+def apply_forcing(forced: dict) -> None:
+    """Apply ``parse_forcing``'s answers for everything traced from now on in this process (any forced before are
+    undone first: each row of a script decides its own)."""
+    from rlpar.core import platform
+
+    platform.set_fast_paths(None)
+    for name in platform.CHOICES:
+        platform._force(name, None)
+    for name, value in forced.items():
+        if name == "fast_paths":
+            platform.set_fast_paths(value)
+        else:
+            platform._force(name, value)
 
 
 def add_ppo_config_arguments(parser) -> None:

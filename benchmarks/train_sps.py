@@ -99,6 +99,7 @@ def parse_args(argv=None):
     parser.add_argument("--seeds", default="0", help="comma list; one training run (and record) per seed")
     common.add_out_argument(parser, "train_sps")
     parser.add_argument("--deadline", type=float, default=None, help="Unix time after which this row is not started")
+    common.add_force_argument(parser)
     run_base = RunConfig(eval_every=0)  # speed: no evaluation in the timed chunks unless asked (--eval-every)
     cli.add_dataclass_flags(parser, RunConfig, "run", base=run_base)
     base = PPOConfig.for_env(known.env or RunConfig.env)  # the env's preset, as the training CLI's base
@@ -108,13 +109,17 @@ def parse_args(argv=None):
     if getattr(args, "RunConfig.devices") is None:
         run_config = dataclasses.replace(run_config, devices=1)
     config = cli.build_dataclass(PPOConfig, args, base=base)
+    try:
+        args.forced = common.parse_forcing(args.force)
+    except ValueError as error:
+        parser.exit(2, f"error: {error}\n")
     return args, run_config.validate(), config
 
 
 def main(argv=None) -> int:
     failed = False
-    for row in common.split_rows(sys.argv[1:] if argv is None else argv):
-        args, run_config, config = parse_args(row)
+    rows = [parse_args(row) for row in common.split_rows(sys.argv[1:] if argv is None else argv)]  # all checked first
+    for args, run_config, config in rows:
         what = dict(benchmark="train", program="rlpar", env=run_config.env, num_envs=config.num_envs)
         if common.past_deadline(args.deadline):
             common.say(f"not started, past its deadline: {run_config.env}, {config.num_envs} envs")
@@ -126,7 +131,9 @@ def main(argv=None) -> int:
             for seed in seeds:
                 progress.start(f"seed {seed}: {run_config.env}, {config.num_envs} envs, training "
                                f"{config.total_timesteps:,} steps on {run_config.devices or 'all'} device(s)")
-                emit(train_record(config.replace(seed=seed), run_config, args.target_return), args.out)
+                common.apply_forcing(args.forced)
+                emit({**train_record(config.replace(seed=seed), run_config, args.target_return),
+                      "forced": args.forced}, args.out)
         except Exception as error:  # the next row may still run (another env, fewer envs)
             traceback.print_exc()
             common.not_measured(common.failure(error), **what)

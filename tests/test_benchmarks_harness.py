@@ -102,3 +102,51 @@ def test_train_vs_peer_quick_gives_a_record_per_run_and_a_summary(tmp_path):
     assert record["program"] == "rlpar" and record["sps"] > 0 and record["compile_s"] > 0 and record["cpu"]
     assert record["command"].startswith("python -m rlpar.train ppo --env CartPole-v1")
     assert "ppo: train SPS rlpar 1 dev" in proc.stdout
+
+
+def test_force_takes_the_platforms_choices_and_refuses_others_in_one_line():
+    assert common.parse_forcing(["collector_unroll=8", "raveled_update=on", "fast_paths=off", "shuffle_method=sort"]) \
+        == {"collector_unroll": 8, "raveled_update": True, "fast_paths": False, "shuffle_method": "sort"}
+    for item, message in (("bogus=1", "CHOICE one of fast_paths"), ("collector_unroll", "expected CHOICE=VALUE"),
+                          ("collector_unroll=x", "collector_unroll='x': unroll 'x'"),
+                          ("fast_paths=maybe", "expected on or off"), ("raveled_update=7", "expected True, False")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            common.parse_forcing([item])
+
+
+def test_apply_forcing_answers_as_asked_and_a_later_row_starts_clean():
+    from rlpar.core import platform
+
+    try:
+        common.apply_forcing({"collector_unroll": 8, "fast_paths": False})
+        assert platform.collector_unroll() == 8 and not platform.cpu_fast_paths()
+        common.apply_forcing({"raveled_update": True})  # the next row: only what it asks
+        assert platform.collector_unroll() == 1 and platform.cpu_fast_paths() and platform.raveled_update("tpu")
+    finally:
+        common.apply_forcing({})
+    assert all(platform.forced_answer(choice) is None for choice in platform.CHOICES) and platform.forced() is None
+
+
+def test_a_code_tree_goes_first_on_pythonpath_and_the_machines_entries_stay(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/opt/jax-site", "", "/tmp/site"]))
+    assert common.pythonpath_first("/work/tree") == os.pathsep.join(["/work/tree", "/opt/jax-site", "/tmp/site"])
+    monkeypatch.delenv("PYTHONPATH")
+    assert common.pythonpath_first(Path("/work/tree")) == "/work/tree"
+
+
+def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
+    out = tmp_path / "cold.jsonl"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--no-probe", "--no-warm",
+                           "--run-dir-root", "runs", "--evaluate", "2", "--out", str(out), "--",
+                           "ppo", "--env", "CartPole-v1", "--total-timesteps", "2048", "--eval-every", "0"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), "/nonexistent"])})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["mode"] == "cold" and record["seed"] == 0 and record["code"] == str(REPO)
+    # the lines arrive in order, inside the process's wall time; the CLI's own figures are read back
+    assert 0 < record["header_s"] <= record["compiled_line_s"] <= record["done_line_s"] < record["wall_s"]
+    assert record["compile_s"] > 0 and record["sps"] > 0 and record["to_first_update_s"] > 0
+    assert record["after_done_s"] == pytest.approx(record["wall_s"] - record["done_line_s"], abs=1e-3)
+    assert record["greedy_return"] is not None and record["greedy_return"] > 0  # CartPole: every episode scores
+    assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}" / "config.json").exists()
