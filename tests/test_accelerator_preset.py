@@ -14,8 +14,8 @@ def test_the_platform_picks_between_the_cpu_and_the_accelerator_preset():
     for platform in ("tpu", "gpu"):
         chip = PPOConfig.for_env("Breakout-MinAtar", platform=platform)
         assert chip == PPOConfig(**ACCELERATOR["Breakout-MinAtar"])
-        assert (chip.num_envs, chip.num_steps, chip.lr) == (1024, 16, 2e-3)
-        # the learning settings the CPU preset measured stay: only the batch's shape and the step size move
+        assert (chip.num_envs, chip.num_steps, chip.lr, chip.ent_coef) == (1024, 16, 1e-3, 0.03)
+        # the learning settings the CPU preset measured stay: the batch's shape, the step size and the entropy move
         assert (chip.gamma, chip.hidden_sizes, chip.torso, chip.anneal_lr) == (cpu.gamma, cpu.hidden_sizes, cpu.torso,
                                                                               cpu.anneal_lr)
         assert chip.total_timesteps == cpu.total_timesteps

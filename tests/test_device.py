@@ -3,7 +3,8 @@ machine with an accelerator ``python -m pytest -m device -n 0`` runs them there 
 backend; the four fake CPU devices of ``conftest.py`` are not used). Each names the backend it ran on in its output.
 
 Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
-a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it.
+a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it;
+slot 0 of a two-seed (vmapped) program updates as the one-seed program given its keys.
 """
 
 import shutil
@@ -84,3 +85,36 @@ def test_a_run_cut_after_a_checkpoint_resumes_bit_identically_and_evaluates(tmp_
     assert len(a) == len(b) and all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
     result = evaluate(cut, episodes=3)
     assert result.returns.shape == (3,) and np.isfinite(result.returns).all()
+
+
+def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_keys():
+    # The run of one seed and slot 0 of a run of two (vmapped) are the same algorithm: given the keys slot 0 folds
+    # in, their first updates agree up to float rounding (1e-7 on a CPU). A difference of the order of the update
+    # itself would mean the vmapped and the plain program compute differently on this backend. Breakout-MinAtar's
+    # accelerator preset, smaller.
+    import envs
+    from rlpar.core import seeds
+    from rlpar.run.prepare import make_program_factory
+
+    config = PPOConfig.for_env("Breakout-MinAtar", platform="tpu").replace(num_envs=64, num_steps=16)
+    env, env_params = envs.make("Breakout-MinAtar")
+
+    def program(num_seeds):
+        slots = seeds.make_slots(num_seeds, "")
+        return make_program_factory(agents.ppo.SPEC, config, slots, env, env_params, config.num_envs)(None)
+
+    single, two = program(1), program(2)
+    key_params, key_device = jax.random.split(jax.random.key(0))
+    start = jax.jit(single.init)(jax.random.fold_in(key_params, 0), jax.random.fold_in(key_device, 0))
+    start_two = jax.jit(two.init)(key_params, key_device)
+    one_after, _ = jax.jit(single.update)(start)
+    two_after, _ = jax.jit(two.update)(start_two)
+    before = _leaves(start.agent.params)
+    for a, b in zip(before, _leaves(start_two.agent.params)):
+        np.testing.assert_allclose(a, b[0], atol=1e-6)
+    moved = max(float(np.abs(a - b).max()) for a, b in zip(_leaves(one_after.agent.params), before))
+    apart = max(float(np.abs(a - b[0]).max())
+                for a, b in zip(_leaves(one_after.agent.params), _leaves(two_after.agent.params)))
+    print(f"backend {jax.default_backend()}: first update moved the parameters by up to {moved:.3g}; slot 0 and "
+          f"the single program {apart:.3g} apart")
+    assert moved > 1e-4 and apart < 0.01 * moved
