@@ -122,6 +122,8 @@ def main(argv=None) -> int:
         env={**os.environ, "PYTHONPATH": common.pythonpath_first(codes[0])})
     if probe is not None and probe.returncode == 0:
         emit(record("cold_start_probe", **json.loads(probe.stdout.strip().splitlines()[-1])), args.out)
+    elif probe is not None:
+        common.say(f"the probe failed (not recorded): {probe.stderr.strip()[-300:]}")
     caches = {code: Path(tempfile.mkdtemp(prefix="rlpar-cache-")) for code in codes}
     modes = ["cold"] if args.no_warm else ["cold", "warm"]
     try:
@@ -156,7 +158,8 @@ def main(argv=None) -> int:
 def evaluate(run_dir: Path, episodes: int, code: Path) -> dict:
     """The greedy return of ``run_dir``'s policy on ``episodes`` episodes (``python -m rlpar.evaluate``)."""
     proc = subprocess.run([sys.executable, "-m", "rlpar.evaluate", str(run_dir), "--episodes", str(episodes)],
-                          cwd=code, env={**os.environ, "PYTHONPATH": common.pythonpath_first(code)}, capture_output=True, text=True)
+                          cwd=code, env={**os.environ, "PYTHONPATH": common.pythonpath_first(code)},
+                          capture_output=True, text=True)
     found = re.search(r"return\s+(-?[0-9.]+)", proc.stdout)
     return {"greedy_return": float(found.group(1)) if found else None, "evaluate_output": proc.stdout.strip()[-200:]}
 
