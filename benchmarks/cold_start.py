@@ -8,8 +8,9 @@ Reported per run: the process's wall time from its start to its exit, and the ar
 the devices are open; ``compiled in``; the first progress line; ``done:``), the CLI's own figures (compile seconds,
 seconds from process start to the first update, training seconds), and what is left after ``done:`` (saving, the
 runtime's shutdown). A probe process first times ``import jax``, opening the backend, the other imports of a run, a
-first small computation and JAX's own clean-up at exit, alone. With ``--run-dir-root DIR``, each run writes its run dir under DIR (``--evaluate N`` then scores its policy
-greedily on N episodes with ``python -m rlpar.evaluate``, outside the timing).
+first small computation and JAX's own clean-up at exit, alone. With ``--run-dir-root DIR``, each run writes its run
+dir under DIR (``--evaluate N`` then scores its policy greedily on N episodes with ``python -m rlpar.evaluate``,
+outside the timing).
 
     python benchmarks/cold_start.py --rounds 1 -- ppo --env Breakout-MinAtar --eval-every 0
     python benchmarks/cold_start.py --rounds 1 --seeds 0,1,2 --run-dir-root runs --evaluate 64 \\
