@@ -329,7 +329,8 @@ def parse_forcing(items: Sequence[str]) -> dict:
                 raise ValueError(f"--force fast_paths={value!r}: expected on or off")
         else:
             try:
-                platform._CHECKS[name](value)
+                with platform.forcing(**{name: value}):  # checks the answer, forces nothing past this line
+                    pass
             except ValueError as error:
                 raise ValueError(f"--force {name}={value!r}: {error}") from None
     return forced
@@ -342,12 +343,12 @@ def apply_forcing(forced: dict) -> None:
 
     platform.set_fast_paths(None)
     for name in platform.CHOICES:
-        platform._force(name, None)
+        platform.force(name, None)
     for name, value in forced.items():
         if name == "fast_paths":
             platform.set_fast_paths(value)
         else:
-            platform._force(name, value)
+            platform.force(name, value)
 
 
 def add_ppo_config_arguments(parser) -> None:

@@ -154,3 +154,12 @@ def test_importing_it_loads_no_agent_and_starts_no_backend():
     code = ("import sys, rlpar.core.platform, jax._src.xla_bridge as xb; "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'agents']; assert not xb._backends")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_force_sets_one_choice_until_undone_and_refuses_an_unknown_one():
+    platform.force("raveled_update", False)
+    assert not platform.raveled_update("cpu")
+    platform.force("raveled_update", None)
+    assert platform.raveled_update("cpu")
+    with pytest.raises(ValueError, match="choice 'dense': expected one of"):
+        platform.force("dense", True)

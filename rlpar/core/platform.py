@@ -138,6 +138,14 @@ def _force(choice: str, answer: Any) -> None:
         _forced[choice] = answer
 
 
+def force(choice: str, answer: Any) -> None:
+    """Force ``choice``'s (one of ``CHOICES``) answer from now on; ``None`` lets the backend decide again.
+    ``ValueError`` (one line) for an unknown choice or an answer it cannot take."""
+    if choice not in _CHECKS:
+        raise ValueError(f"choice {choice!r}: expected one of {', '.join(CHOICES)}")
+    _force(choice, answer)
+
+
 def forced_answer(choice: str) -> Any:
     """The answer forced for ``choice`` (one of ``CHOICES``), or ``None`` where the backend decides."""
     if choice not in _CHECKS:
