@@ -6,6 +6,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
+from rlpar.core import platform
 from rlpar.core.collectives import pmean
 
 
@@ -34,6 +35,7 @@ def gae(
         A_t     = delta_t + gamma * lambda * (1 - done_t) * A_{t+1},   done_t = terminated_t or truncated_t
 
     Returns ``(advantages, returns)``, both ``[T, B]``, with ``returns = advantages + value`` (the critic target).
+    The recursion runs as ``rlpar.core.platform.gae_method()`` says (``backward_sums``).
     """
     chex.assert_rank([reward, value, terminated, truncated, final_value, last_value], [2, 2, 2, 2, 2, 1])
     chex.assert_equal_shape([reward, value, terminated, truncated, final_value])
@@ -43,14 +45,34 @@ def gae(
     next_value = truncated * final_value + (1.0 - truncated) * next_value
     delta = reward + gamma * (1.0 - terminated) * next_value - value
     continues = 1.0 - jnp.maximum(terminated, truncated)
-
-    def backward(adv_next, inputs):
-        delta_t, continues_t = inputs
-        adv_t = delta_t + gamma * gae_lambda * continues_t * adv_next
-        return adv_t, adv_t
-
-    _, advantages = jax.lax.scan(backward, jnp.zeros_like(last_value), (delta, continues), reverse=True)
+    advantages = backward_sums(delta, gamma * gae_lambda * continues)
     return advantages, advantages + value
+
+
+def backward_sums(x: jax.Array, decay: jax.Array, method: str | None = None) -> jax.Array:
+    """``y [T, ...]`` with ``y_t = x_t + decay_t * y_{t+1}`` and ``y_T = 0``, for ``x, decay [T, ...]``.
+
+    ``method`` (default ``rlpar.core.platform.gae_method()``): ``"scan"``, ``T`` steps of ``lax.scan`` backwards;
+    ``"associative"``, ``lax.associative_scan`` over the affine maps ``f_t(y) = decay_t * y + x_t``, whose
+    composition is again affine (``f_s(f_t(y)) = decay_s decay_t y + decay_s x_t + x_s``), so ``y_t = f_t(f_{t+1}(...
+    f_{T-1}(0)))`` takes ``log2 T`` rounds of whole-array operations instead of ``T`` dependent steps. The two agree up
+    to float rounding (the sums are added in another order)."""
+    chex.assert_equal_shape([x, decay])
+    method = platform.gae_method() if method is None else method
+    if method == "associative":
+        def compose(later, earlier):  # reverse=True: the first argument holds the later steps
+            return later[0] * earlier[0], earlier[0] * later[1] + earlier[1]
+
+        return jax.lax.associative_scan(compose, (decay, x), reverse=True)[1]
+    if method != "scan":
+        raise ValueError(f"backward_sums method {method!r}: expected scan or associative")
+
+    def backward(y_next, inputs):
+        x_t, decay_t = inputs
+        y_t = x_t + decay_t * y_next
+        return y_t, y_t
+
+    return jax.lax.scan(backward, jnp.zeros_like(x[0]), (x, decay), reverse=True)[1]
 
 
 def moments(x: jax.Array, axis_name: str | None, axis: int | None = None) -> jax.Array:

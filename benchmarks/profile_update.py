@@ -27,6 +27,7 @@ on a CPU, 8192^3 on an accelerator: the practical peaks).
     python benchmarks/profile_update.py --num-envs 1024 --peer rejax
     python benchmarks/profile_update.py --env Breakout-MinAtar --preset   # the env's preset (64 envs x 128 steps)
     python benchmarks/profile_update.py --env Breakout-MinAtar --preset --torso auto --hidden-sizes 128  # convolution
+    python benchmarks/profile_update.py --env Breakout-MinAtar --preset --num-envs 1 --force gae_method=associative
 """
 
 from __future__ import annotations
@@ -44,7 +45,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--kernels", action="store_true", help="also the update's kernels by kind (a profiler trace)")
     parser.add_argument("--peer", choices=["rejax"], default=None, help="also rejax's PPO on the same config")
+    common.add_force_argument(parser)
     args = parser.parse_args(argv)
+    try:
+        forced = common.parse_forcing(args.force)
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
+    common.apply_forcing(forced)  # before anything is traced
 
     import jax
     import jax.numpy as jnp
@@ -150,6 +157,8 @@ def main(argv=None) -> int:
                                           "--hidden-sizes", ",".join(map(str, config.hidden_sizes)),
                                           "--activation", config.activation])
     print(common.host_line(), flush=True)
+    if forced:
+        print(f"forced: {forced}")
     print(f"{args.env}, torso {config.torso}, hidden {config.hidden_sizes}, {config.num_envs} envs x {config.num_steps} steps, {config.update_epochs} epochs x "
           f"{config.num_minibatches} minibatches of {n // config.num_minibatches}, backend {jax.devices()[0].platform}")
     header = f"{'':18s}{'rlpar ms':>10s}{'share':>8s}" + (f"{args.peer + ' ms':>12s}{'share':>8s}{'rlpar/peer':>12s}"

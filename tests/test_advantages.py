@@ -2,7 +2,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from agents.advantages import gae, normalize
+from agents.advantages import backward_sums, gae, normalize
+from rlpar.core import platform
 
 # Hand-worked example, T=3 steps x B=2 envs, gamma = lambda = 0.5 (so gamma * lambda = 0.25).
 #
@@ -69,3 +70,64 @@ def test_gae_rejects_wrong_ranks():
 def test_normalize_without_axis():
     x = jnp.array([1.0, 2.0, 3.0, 4.0])  # mean 2.5, population std sqrt(1.25)
     np.testing.assert_allclose(normalize(x, None), (np.array([1, 2, 3, 4]) - 2.5) / np.sqrt(1.25), rtol=1e-5)
+
+
+@pytest.mark.parametrize("method", platform.GAE_METHODS)
+def test_each_gae_method_gives_the_hand_worked_example(method):
+    with platform.forcing(gae_method=method):
+        adv, ret = _gae()
+    np.testing.assert_allclose(adv, EXPECTED_ADV, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(ret, np.asarray(EXPECTED_ADV) + np.asarray(VALUE), atol=1e-6)
+
+
+@pytest.mark.parametrize("method", platform.GAE_METHODS)
+@pytest.mark.parametrize("shape", [(1, 3), (2, 1), (37, 5), (128, 2, 3)])
+def test_backward_sums_match_a_numpy_loop(method, shape):
+    # y_t = x_t + decay_t * y_{t+1}, y_T = 0, in float64 by hand; decays with zeros (episode ends) and ones.
+    rng = np.random.default_rng(sum(shape))
+    x = rng.normal(size=shape).astype(np.float32)
+    decay = (rng.uniform(size=shape) * (rng.uniform(size=shape) > 0.1)).astype(np.float32)
+    decay[rng.uniform(size=shape) < 0.1] = 1.0
+    expected, y = np.zeros(shape), np.zeros(shape[1:])
+    for t in reversed(range(shape[0])):
+        y = x[t].astype(np.float64) + decay[t] * y
+        expected[t] = y
+    got = backward_sums(jnp.asarray(x), jnp.asarray(decay), method)
+    assert got.shape == shape and got.dtype == jnp.float32
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_backward_sums_refuses_an_unknown_method():
+    with pytest.raises(ValueError, match="method 'parallel': expected scan or associative"):
+        backward_sums(jnp.zeros((3, 2)), jnp.zeros((3, 2)), "parallel")
+
+
+def test_ppo_takes_the_forced_gae_method_and_learns_the_same(monkeypatch):
+    # One PPO update on CartPole with each method: the same parameters up to float rounding (the advantages differ
+    # in the last bits only), and not the parameters it started from; the method traced is the one forced.
+    import jax
+
+    import envs
+    from agents import advantages
+
+    traced = []
+    original = advantages.backward_sums
+    monkeypatch.setattr(advantages, "backward_sums",
+                        lambda x, decay, method=None: traced.append(platform.gae_method()) or original(x, decay, method))
+    from agents.ppo import PPOConfig, make_ppo
+    from rlpar.core.program import make_program
+
+    config = PPOConfig(num_envs=4, num_steps=32, num_minibatches=2, update_epochs=2)
+    env, env_params = envs.make("CartPole-v1")
+    params = {}
+    for method in platform.GAE_METHODS:
+        with platform.forcing(gae_method=method):
+            program = make_program(make_ppo(config, env, env_params, 4, None), env, env_params, 4, 32, None)
+            state = program.init(jax.random.key(0), jax.random.key(1))
+            params[method] = jax.jit(program.update)(state)[0].agent.params
+        assert traced[-1] == method
+    start = jax.tree.leaves(state.agent.params)
+    scan, associative = jax.tree.leaves(params["scan"]), jax.tree.leaves(params["associative"])
+    assert max(float(jnp.abs(a - b).max()) for a, b in zip(scan, start)) > 1e-4
+    for a, b in zip(scan, associative):
+        np.testing.assert_allclose(a, b, atol=1e-5)

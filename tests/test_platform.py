@@ -25,6 +25,7 @@ CHOICES = {
                                                      400), "flat", "blocks"),  # Breakout-MinAtar's rows of 400
     "collector_keys_up_front": (lambda: platform.collector_keys_up_front(STEPS * (1 + 8192)), True, False),
     "collector_unroll": (lambda: platform.collector_unroll(), 1, platform.UNROLL_ACCELERATOR),
+    "gae_method": (lambda: platform.gae_method(), "scan", "scan"),  # the associative form only when forced
 }
 
 
@@ -110,6 +111,7 @@ def test_forcing_wins_and_is_restored_even_after_an_error():
     ({"gather_layout": "tiles"}, "shuffle layout 'tiles'"),
     ({"collector_unroll": 1.5}, "unroll 1.5"),
     ({"raveled_update": "yes"}, "'yes': expected True, False or None"),
+    ({"gae_method": "parallel"}, "gae method 'parallel': expected one of scan, associative"),
     ({"dense": True}, "choices \\['dense'\\]"),
 ])
 def test_a_bad_answer_is_refused_and_nothing_stays_forced(answers, message):
