@@ -10,9 +10,12 @@ seconds from process start to the first update, training seconds), and what is l
 runtime's shutdown). A probe process first times ``import jax``, opening the backend, the other imports of a run, a
 first small computation and JAX's own clean-up at exit, alone. With ``--run-dir-root DIR``, each run writes its run
 dir under DIR (``--evaluate N`` then scores its policy greedily on N episodes with ``python -m rlpar.evaluate``,
-outside the timing).
+outside the timing). ``--variant "NAME=VALUE ..."`` (repeatable) adds a set of environment variables to compare
+against the environment as it is (e.g. a runtime's settings): the probe and every run are repeated with each, and
+each row names its variant (``""``: none).
 
     python benchmarks/cold_start.py --rounds 1 -- ppo --env Breakout-MinAtar --eval-every 0
+    python benchmarks/cold_start.py --no-warm --variant "TPU_SKIP_MDS_QUERY=1" -- ppo --env Breakout-MinAtar
     python benchmarks/cold_start.py --rounds 1 --seeds 0,1,2 --run-dir-root runs --evaluate 64 \\
         -- ppo --env Breakout-MinAtar --eval-every 0
 """
@@ -104,6 +107,8 @@ def main(argv=None) -> int:
     parser.add_argument("--evaluate", type=int, default=0, metavar="N",
                         help="with --run-dir-root: score each run's policy on N greedy episodes (not timed)")
     parser.add_argument("--no-probe", action="store_true", help="skip the probe process")
+    parser.add_argument("--variant", action="append", default=[], metavar='"NAME=VALUE ..."',
+                        help="environment variables to compare against none (repeatable: one variant each)")
     parser.add_argument("--timeout-s", type=float, default=600)
     parser.add_argument("cli", nargs="*", help="after --: the agent and its flags, e.g. ppo --env CartPole-v1")
     common.add_out_argument(parser, "cold_start")
@@ -116,50 +121,80 @@ def main(argv=None) -> int:
         parser.exit(2, f"error: --seeds {args.seeds!r}: expected a comma list of integers, e.g. 0,1,2\n")
     if args.evaluate and args.run_dir_root is None:
         parser.exit(2, "error: --evaluate needs --run-dir-root (the runs must save a policy to score)\n")
+    try:
+        variants = {"": {}, **{text.strip(): parse_variant(text) for text in args.variant}}
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
     codes = [code.resolve() for code in (args.code or [common.ROOT])]
 
-    probe = None if args.no_probe else subprocess.run(
-        [sys.executable, "-c", PROBE], cwd=codes[0], capture_output=True, text=True,
-        env={**os.environ, "PYTHONPATH": common.pythonpath_first(codes[0])})
-    if probe is not None and probe.returncode == 0:
-        emit(record("cold_start_probe", **json.loads(probe.stdout.strip().splitlines()[-1])), args.out)
-    elif probe is not None:
-        common.say(f"the probe failed (not recorded): {probe.stderr.strip()[-300:]}")
-    caches = {code: Path(tempfile.mkdtemp(prefix="rlpar-cache-")) for code in codes}
+    for name, settings in variants.items() if not args.no_probe else ():
+        start = time.perf_counter()
+        probe = subprocess.run([sys.executable, "-c", PROBE], cwd=codes[0], capture_output=True, text=True,
+                               env={**os.environ, **settings, "PYTHONPATH": common.pythonpath_first(codes[0])})
+        wall = time.perf_counter() - start
+        if probe.returncode == 0:
+            figures = json.loads(probe.stdout.strip().splitlines()[-1])
+            emit(record("cold_start_probe", variant=name, **figures, process_wall_s=round(wall, 3)), args.out)
+        else:
+            common.say(f"the probe{f' ({name})' if name else ''} failed (not recorded): {probe.stderr.strip()[-300:]}")
+    caches = {(code, name): Path(tempfile.mkdtemp(prefix="rlpar-cache-")) for code in codes for name in variants}
     modes = ["cold"] if args.no_warm else ["cold", "warm"]
     try:
         for round_index in range(args.rounds):
             for code in codes:
-                for seed in seeds:
-                    for mode in modes:
-                        cmd = [sys.executable, "-m", "rlpar.train", *args.cli, "--seed", str(seed)]
-                        env = {"PYTHONPATH": common.pythonpath_first(code)}
-                        if mode == "cold":
-                            cmd.append("--no-compile-cache")
-                        else:
-                            cmd += ["--compile-cache", str(caches[code])]
-                            if not any(caches[code].iterdir()):  # fill the cache first, untimed
-                                run_timed(cmd, code, env, args.timeout_s)
-                        run_dir = None
-                        if args.run_dir_root is not None:
-                            run_dir = (args.run_dir_root / f"r{round_index}-{mode}-seed{seed}-{code.name}").resolve()
-                            shutil.rmtree(run_dir, ignore_errors=True)
-                            cmd += ["--run-dir", str(run_dir)]
-                        figures = run_timed(cmd, code, env, args.timeout_s)
-                        row = {"round": round_index, "code": str(code), "mode": mode, "seed": seed, **figures}
-                        if args.evaluate and run_dir is not None:
-                            row.update(evaluate(run_dir, args.evaluate, code))
-                        emit(record("cold_start", **row, cli=" ".join(args.cli)), args.out)
+                for name, settings in variants.items():
+                    for seed in seeds:
+                        for mode in modes:
+                            row = run_once(args, code, name, settings, seed, mode, caches[code, name], round_index)
+                            emit(record("cold_start", **row, cli=" ".join(args.cli)), args.out)
     finally:
         for cache in caches.values():
             shutil.rmtree(cache, ignore_errors=True)
     return 0
 
 
-def evaluate(run_dir: Path, episodes: int, code: Path) -> dict:
+def parse_variant(text: str) -> dict:
+    """``"A=1 B=x"`` -> ``{"A": "1", "B": "x"}``; ``ValueError`` (one line) for anything else."""
+    settings = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+            raise ValueError(f"--variant {text!r}: expected NAME=VALUE items separated by spaces, e.g. "
+                             f'"TPU_SKIP_MDS_QUERY=1 JAX_LOG_COMPILES=0"')
+        settings[name] = value
+    if not settings:
+        raise ValueError(f"--variant {text!r}: expected at least one NAME=VALUE")
+    return settings
+
+
+def run_once(args, code: Path, variant: str, settings: dict, seed: int, mode: str, cache: Path,
+             round_index: int) -> dict:
+    """One timed run of the command line (``mode`` cold or warm, a warm one on ``cache``, filled first if empty)."""
+    cmd = [sys.executable, "-m", "rlpar.train", *args.cli, "--seed", str(seed)]
+    env = {**settings, "PYTHONPATH": common.pythonpath_first(code)}
+    if mode == "cold":
+        cmd.append("--no-compile-cache")
+    else:
+        cmd += ["--compile-cache", str(cache)]
+        if not any(cache.iterdir()):  # fill the cache first, untimed
+            run_timed(cmd, code, env, args.timeout_s)
+    run_dir = None
+    if args.run_dir_root is not None:
+        tag = f"-{re.sub(r'[^A-Za-z0-9]+', '_', variant)}" if variant else ""
+        run_dir = (args.run_dir_root / f"r{round_index}-{mode}-seed{seed}-{code.name}{tag}").resolve()
+        shutil.rmtree(run_dir, ignore_errors=True)
+        cmd += ["--run-dir", str(run_dir)]
+    figures = run_timed(cmd, code, env, args.timeout_s)
+    row = {"round": round_index, "code": str(code), "variant": variant, "mode": mode, "seed": seed, **figures}
+    if args.evaluate and run_dir is not None:
+        row.update(evaluate(run_dir, args.evaluate, code, settings))
+    return row
+
+
+def evaluate(run_dir: Path, episodes: int, code: Path, settings: dict | None = None) -> dict:
     """The greedy return of ``run_dir``'s policy on ``episodes`` episodes (``python -m rlpar.evaluate``)."""
     proc = subprocess.run([sys.executable, "-m", "rlpar.evaluate", str(run_dir), "--episodes", str(episodes)],
-                          cwd=code, env={**os.environ, "PYTHONPATH": common.pythonpath_first(code)},
+                          cwd=code, env={**os.environ, **(settings or {}), "PYTHONPATH": common.pythonpath_first(code)},
                           capture_output=True, text=True)
     found = re.search(r"return\s+(-?[0-9.]+)", proc.stdout)
     return {"greedy_return": float(found.group(1)) if found else None, "evaluate_output": proc.stdout.strip()[-200:]}

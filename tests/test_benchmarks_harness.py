@@ -137,16 +137,26 @@ def test_a_code_tree_goes_first_on_pythonpath_and_the_machines_entries_stay(monk
 def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
     out = tmp_path / "cold.jsonl"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--no-probe", "--no-warm",
-                           "--run-dir-root", "runs", "--evaluate", "2", "--out", str(out), "--",
+                           "--variant", "RLPAR_PLAIN_LAYERS=1", "--run-dir-root", "runs", "--evaluate", "2",
+                           "--out", str(out), "--",
                            "ppo", "--env", "CartPole-v1", "--total-timesteps", "2048", "--eval-every", "0"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), "/nonexistent"])})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    record, plain = [json.loads(line) for line in out.read_text().splitlines()]
     assert record["mode"] == "cold" and record["seed"] == 0 and record["code"] == str(REPO)
+    assert record["variant"] == "" and plain["variant"] == "RLPAR_PLAIN_LAYERS=1" and plain["greedy_return"] > 0
     # the lines arrive in order, inside the process's wall time; the CLI's own figures are read back
     assert 0 < record["header_s"] <= record["compiled_line_s"] <= record["done_line_s"] < record["wall_s"]
     assert record["compile_s"] > 0 and record["sps"] > 0 and record["to_first_update_s"] > 0
     assert record["after_done_s"] == pytest.approx(record["wall_s"] - record["done_line_s"], abs=1e-3)
     assert record["greedy_return"] is not None and record["greedy_return"] > 0  # CartPole: every episode scores
     assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}" / "config.json").exists()
+    assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}-RLPAR_PLAIN_LAYERS_1" / "config.json").exists()
+
+
+@pytest.mark.parametrize("text", ["", "TPU", "1X=2", "A=1 B"])
+def test_cold_start_refuses_a_malformed_variant_in_one_line(text):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--variant", text, "--", "ppo"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--variant" in proc.stderr, proc.stderr
