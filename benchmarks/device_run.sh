@@ -5,6 +5,10 @@
 # is shared). JSON lines per part, accelerator.json and summary.md go to --out.
 #
 #   bash benchmarks/device_run.sh [--quick] [--out DIR] [--offline] [--budget-s S] [--parts rollout,cartpole,breakout]
+#   bash benchmarks/device_run.sh [--offline] --shell 'python benchmarks/cold_start.py -- ppo --env Breakout-MinAtar'
+#
+# --shell CMD: the same installs, then CMD (bash) in place of the rows, with rlpar's PYTHONPATH and rejax's settings
+# exported and `python` naming the Python chosen below (for the measurements device_run.py does not make).
 #
 # Python: $PYTHON, else .venv/bin/python where it exists, else python3; it must import jax as it stands (on the TPU
 # machine JAX comes from a folder PYTHONPATH names: that PYTHONPATH is kept, and this script's folders appended).
@@ -18,8 +22,16 @@ export DEVICE_RUN_STARTED=${DEVICE_RUN_STARTED:-$(date +%s)}  # device_run.py co
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 say() { echo "[device_run] $*" >&2; }
-offline=0
-for arg in "$@"; do [[ $arg == --offline ]] && offline=1; done
+offline=0 shell=
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case ${args[i]} in
+    --offline) offline=1 ;;
+    --shell)
+      if ((i + 1 >= ${#args[@]})) || [[ -z ${args[i + 1]} ]]; then say "--shell needs a command, e.g. --shell 'python benchmarks/rollout_sps.py'"; exit 2; fi
+      shell=${args[i + 1]} ;;
+  esac
+done
 
 if [[ -n ${PYTHON:-} ]]; then
   python=$PYTHON
@@ -83,7 +95,9 @@ need() {
 }
 
 machine_path=${PYTHONPATH:-}
-rlpar_path=$(need "$(append "$machine_path" "$root")" machine shared rlpar)
+rlpar_groups=(machine shared rlpar)
+if [[ -n $shell ]]; then rlpar_groups+=(test); fi  # the device tests may be the command
+rlpar_path=$(need "$(append "$machine_path" "$root")" "${rlpar_groups[@]}")
 if ! why=$(packages "$rlpar_path" imports rlpar); then
   say "rlpar's programs do not import with $python: $why (benchmarks/README.md, 'The accelerator run')"
   exit 1
@@ -103,4 +117,9 @@ else
   say "rejax's rows are skipped: $why"
 fi
 
+if [[ -n $shell ]]; then  # `python` in CMD is the chosen Python, whatever PATH holds
+  bin=$(mktemp -d)
+  printf '#!/usr/bin/env bash\nexec %q "$@"\n' "$python" >"$bin/python" && chmod +x "$bin/python"
+  PATH=$bin:$PATH PYTHONPATH=$rlpar_path exec bash -c "$shell"
+fi
 PYTHONPATH=$rlpar_path exec "$python" benchmarks/device_run.py "$@"

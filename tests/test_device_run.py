@@ -180,6 +180,22 @@ def test_pythonpath_is_appended_to_and_rejax_installed_from_the_wheels_apart(tmp
     assert proc.returncode == 0 and "installed from" not in proc.stderr, proc.stderr[-3000:]
 
 
+def test_shell_runs_a_command_of_its_own_after_the_same_installs(tmp_path):
+    wheels = _rejax_wheels(tmp_path / "wheels")
+    code = "import os, sys; print('SEEN', sys.argv[1], os.environ['PYTHONPATH'], os.environ['REJAX_SITE'])"
+    proc, seen = _run_sh(tmp_path, "--offline", "--shell", f'python -c "{code}" "$PWD"', WHEELS=str(wheels))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert seen == {}  # the rows' script was not run
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("SEEN")]
+    _, cwd, pythonpath, rejax_site = line.split()
+    assert cwd == str(REPO)  # in the checkout, as the rows run
+    assert pythonpath.split(":")[:2] == [str(tmp_path / "machine"), str(REPO)]
+    assert rejax_site.split(":")[0].endswith("rejax")
+
+    proc, _ = _run_sh(tmp_path, "--shell", "")
+    assert proc.returncode == 2 and "--shell needs a command" in proc.stderr and proc.stderr.count("\n") == 1
+
+
 def test_without_wheels_rejax_comes_from_the_index_and_with_offline_not_at_all(tmp_path):
     index = _index(tmp_path / "index", _rejax_wheels(tmp_path / "served"))
     proc, seen = _run_sh(tmp_path, INDEX_URL=index)
