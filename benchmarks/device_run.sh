@@ -22,16 +22,29 @@ export DEVICE_RUN_STARTED=${DEVICE_RUN_STARTED:-$(date +%s)}  # device_run.py co
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 say() { echo "[device_run] $*" >&2; }
-offline=0 shell=
+offline=0 shell= shelled=0
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do
   case ${args[i]} in
     --offline) offline=1 ;;
     --shell)
-      if ((i + 1 >= ${#args[@]})) || [[ -z ${args[i + 1]} ]]; then say "--shell needs a command, e.g. --shell 'python benchmarks/rollout_sps.py'"; exit 2; fi
-      shell=${args[i + 1]} ;;
+      if ((shelled)); then say "--shell given twice: give one command (join several with ;)"; exit 2; fi
+      if ((i + 1 >= ${#args[@]})) || [[ -z ${args[i + 1]} || ${args[i + 1]} == -* ]]; then
+        say "--shell needs a command as one argument, e.g. --shell 'python benchmarks/rollout_sps.py --num-envs 1024'"
+        exit 2
+      fi
+      shell=${args[i + 1]} shelled=1 i=$((i + 1)) ;;
   esac
 done
+if ((shelled)); then  # with --shell the rows' flags mean nothing: refuse them rather than drop them
+  for ((i = 0; i < ${#args[@]}; i++)); do
+    case ${args[i]} in
+      --offline) ;;
+      --shell) i=$((i + 1)) ;;
+      *) say "${args[i]}: with --shell only --offline is taken (quote the command: --shell 'python ...')"; exit 2 ;;
+    esac
+  done
+fi
 
 if [[ -n ${PYTHON:-} ]]; then
   python=$PYTHON
@@ -40,6 +53,11 @@ elif [[ -x $root/.venv/bin/python ]]; then
 else
   python=python3
 fi
+if ! resolved=$(command -v -- "$python"); then
+  say "PYTHON=$python: no such program; set PYTHON to a Python that has JAX, e.g. PYTHON=.venv/bin/python"
+  exit 1
+fi
+python=$(cd "$(dirname "$resolved")" && pwd)/$(basename "$resolved")  # a full path: a wrapper named python may call it
 if ! JAX_PLATFORMS=cpu "$python" -c 'import jax' >/dev/null 2>&1; then
   say "$python cannot import jax (PYTHONPATH=${PYTHONPATH:-}): set PYTHON to a Python that has JAX," \
     "e.g. PYTHON=.venv/bin/python after python3 -m venv .venv && .venv/bin/pip install -e ."
@@ -117,8 +135,9 @@ else
   say "rejax's rows are skipped: $why"
 fi
 
-if [[ -n $shell ]]; then  # `python` in CMD is the chosen Python, whatever PATH holds
-  bin=$(mktemp -d)
+if ((shelled)); then  # `python` in CMD is the chosen Python (by its full path), whatever PATH holds
+  bin=$sites/bin
+  mkdir -p "$bin"
   printf '#!/usr/bin/env bash\nexec %q "$@"\n' "$python" >"$bin/python" && chmod +x "$bin/python"
   PATH=$bin:$PATH PYTHONPATH=$rlpar_path exec bash -c "$shell"
 fi

@@ -139,6 +139,7 @@ def _stand_in(path: Path, log: Path) -> Path:
                       "'DEVICE_RUN_STARTED')}\n"
                       f"json.dump(dict(python=sys.argv[1], args=sys.argv[2:], **seen), open({str(log)!r}, 'w'))\n")
     path.write_text("#!/usr/bin/env bash\n"
+                    "export DEVICE_RUN_STAND_IN=1\n"  # how a command tells that it ran under this Python
                     f'[[ ${{1:-}} == benchmarks/device_run.py ]] && exec {sys.executable} {record} "$0" "${{@:2}}"\n'
                     f'exec {sys.executable} "$@"\n')
     path.chmod(0o755)
@@ -182,18 +183,42 @@ def test_pythonpath_is_appended_to_and_rejax_installed_from_the_wheels_apart(tmp
 
 def test_shell_runs_a_command_of_its_own_after_the_same_installs(tmp_path):
     wheels = _rejax_wheels(tmp_path / "wheels")
-    code = "import os, sys; print('SEEN', sys.argv[1], os.environ['PYTHONPATH'], os.environ['REJAX_SITE'])"
+    code = ("import os, sys; print('SEEN', sys.argv[1], os.environ['PYTHONPATH'], os.environ['REJAX_SITE'], "
+            "os.environ.get('DEVICE_RUN_STAND_IN'))")
     proc, seen = _run_sh(tmp_path, "--offline", "--shell", f'python -c "{code}" "$PWD"', WHEELS=str(wheels))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert seen == {}  # the rows' script was not run
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("SEEN")]
-    _, cwd, pythonpath, rejax_site = line.split()
-    assert cwd == str(REPO)  # in the checkout, as the rows run
+    _, cwd, pythonpath, rejax_site, stand_in = line.split()
+    assert cwd == str(REPO) and stand_in == "1"  # in the checkout, as the rows run; `python` is $PYTHON
     assert pythonpath.split(":")[:2] == [str(tmp_path / "machine"), str(REPO)]
     assert rejax_site.split(":")[0].endswith("rejax")
 
-    proc, _ = _run_sh(tmp_path, "--shell", "")
-    assert proc.returncode == 2 and "--shell needs a command" in proc.stderr and proc.stderr.count("\n") == 1
+
+@pytest.mark.parametrize("args, says", [
+    (["--shell", ""], "--shell needs a command as one argument"),
+    (["--shell", "--offline"], "--shell needs a command as one argument"),
+    (["--shell", "true", "--shell", "true"], "--shell given twice"),
+    (["--shell", "python", "-c", "print(1)"], "-c: with --shell only --offline is taken"),
+    (["--quick", "--shell", "true"], "--quick: with --shell only --offline is taken"),
+])
+def test_shell_refuses_what_it_would_drop_in_one_line(tmp_path, args, says):
+    proc, seen = _run_sh(tmp_path, *args)
+    assert proc.returncode == 2 and says in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr
+    assert seen == {}
+
+
+def test_a_python_named_python_is_called_by_its_path(tmp_path):
+    # PYTHON=python: the command's `python` is a wrapper that must not call itself
+    folder = tmp_path / "pybin"
+    folder.mkdir()
+    (folder / "python").write_text(f'#!/usr/bin/env bash\nexec {sys.executable} "$@"\n')
+    (folder / "python").chmod(0o755)
+    proc, _ = _run_sh(tmp_path, "--offline", "--shell", "python -c 'print(\"RAN\")'", PYTHON="python",
+                      PATH=f"{folder}{os.pathsep}{os.environ['PATH']}")
+    assert proc.returncode == 0 and "RAN" in proc.stdout, proc.stderr[-3000:]
+    proc, _ = _run_sh(tmp_path, "--offline", "--shell", "true", PYTHON="no-such-python")
+    assert proc.returncode == 1 and "PYTHON=no-such-python: no such program" in proc.stderr
 
 
 def test_without_wheels_rejax_comes_from_the_index_and_with_offline_not_at_all(tmp_path):
