@@ -12,7 +12,8 @@ first small computation and JAX's own clean-up at exit, alone. With ``--run-dir-
 dir under DIR (``--evaluate N`` then scores its policy greedily on N episodes with ``python -m rlpar.evaluate``,
 outside the timing). ``--variant "NAME=VALUE ..."`` (repeatable) adds a set of environment variables to compare
 against the environment as it is (e.g. a runtime's settings): the probe and every run are repeated with each, and
-each row names its variant (``""``: none).
+each row names its variant (``""``: none), its run dirs end in ``-v1``, ``-v2``, ... in the order given. A run
+that fails is recorded as ``not_measured`` with its last line of errors, and the others go on (exit status 1).
 
     python benchmarks/cold_start.py --rounds 1 -- ppo --env Breakout-MinAtar --eval-every 0
     python benchmarks/cold_start.py --no-warm --variant "TPU_SKIP_MDS_QUERY=1" -- ppo --env Breakout-MinAtar
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -123,6 +125,8 @@ def main(argv=None) -> int:
         parser.exit(2, "error: --evaluate needs --run-dir-root (the runs must save a policy to score)\n")
     try:
         variants = {"": {}, **{text.strip(): parse_variant(text) for text in args.variant}}
+        if len(variants) != 1 + len(args.variant):
+            raise ValueError("--variant: the same variant given twice")
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
     codes = [code.resolve() for code in (args.code or [common.ROOT])]
@@ -139,28 +143,48 @@ def main(argv=None) -> int:
             common.say(f"the probe{f' ({name})' if name else ''} failed (not recorded): {probe.stderr.strip()[-300:]}")
     caches = {(code, name): Path(tempfile.mkdtemp(prefix="rlpar-cache-")) for code in codes for name in variants}
     modes = ["cold"] if args.no_warm else ["cold", "warm"]
+    failed = 0
     try:
         for round_index in range(args.rounds):
             for code in codes:
-                for name, settings in variants.items():
+                for index, (name, settings) in enumerate(variants.items()):
+                    tag = f"-v{index}" if index else ""  # run dirs: variant i's (0: none)
                     for seed in seeds:
                         for mode in modes:
-                            row = run_once(args, code, name, settings, seed, mode, caches[code, name], round_index)
+                            try:
+                                row = run_once(args, code, name, settings, seed, mode, caches[code, name],
+                                               round_index, tag)
+                            except RuntimeError as err:  # a variant may break the run: say so, go on
+                                failed += 1
+                                row = {"round": round_index, "code": str(code), "variant": name, "mode": mode,
+                                       "seed": seed, "not_measured": str(err).strip().splitlines()[-1][-300:]}
+                                common.say(f"{mode} run, seed {seed}{f', {name}' if name else ''}: {row['not_measured']}")
                             emit(record("cold_start", **row, cli=" ".join(args.cli)), args.out)
     finally:
         for cache in caches.values():
             shutil.rmtree(cache, ignore_errors=True)
-    return 0
+    return 1 if failed else 0
+
+
+RESERVED = ("PYTHONPATH", "PYTHONUNBUFFERED")  # set by this script for every run
 
 
 def parse_variant(text: str) -> dict:
-    """``"A=1 B=x"`` -> ``{"A": "1", "B": "x"}``; ``ValueError`` (one line) for anything else."""
+    """``'A=1 B="x y"'`` -> ``{"A": "1", "B": "x y"}`` (shell quoting); ``ValueError`` (one line) for anything else:
+    an item that is not NAME=VALUE, a name given twice, or one this script sets itself (``RESERVED``)."""
+    try:
+        items = shlex.split(text)
+    except ValueError as err:
+        raise ValueError(f"--variant {text!r}: {err}") from None
     settings = {}
-    for item in text.split():
+    for item in items:
         name, sep, value = item.partition("=")
         if not sep or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
             raise ValueError(f"--variant {text!r}: expected NAME=VALUE items separated by spaces, e.g. "
-                             f'"TPU_SKIP_MDS_QUERY=1 JAX_LOG_COMPILES=0"')
+                             f"'TPU_SKIP_MDS_QUERY=1 XLA_FLAGS=\"--flag_a=1 --flag_b=2\"'")
+        if name in settings or name in RESERVED:
+            why = "given twice" if name in settings else "set by cold_start.py itself"
+            raise ValueError(f"--variant {text!r}: {name} is {why}")
         settings[name] = value
     if not settings:
         raise ValueError(f"--variant {text!r}: expected at least one NAME=VALUE")
@@ -168,8 +192,9 @@ def parse_variant(text: str) -> dict:
 
 
 def run_once(args, code: Path, variant: str, settings: dict, seed: int, mode: str, cache: Path,
-             round_index: int) -> dict:
-    """One timed run of the command line (``mode`` cold or warm, a warm one on ``cache``, filled first if empty)."""
+             round_index: int, tag: str = "") -> dict:
+    """One timed run of the command line (``mode`` cold or warm, a warm one on ``cache``, filled first if empty);
+    its run dir (with ``--run-dir-root``) ends in ``tag``. ``RuntimeError`` if the run fails."""
     cmd = [sys.executable, "-m", "rlpar.train", *args.cli, "--seed", str(seed)]
     env = {**settings, "PYTHONPATH": common.pythonpath_first(code)}
     if mode == "cold":
@@ -180,7 +205,6 @@ def run_once(args, code: Path, variant: str, settings: dict, seed: int, mode: st
             run_timed(cmd, code, env, args.timeout_s)
     run_dir = None
     if args.run_dir_root is not None:
-        tag = f"-{re.sub(r'[^A-Za-z0-9]+', '_', variant)}" if variant else ""
         run_dir = (args.run_dir_root / f"r{round_index}-{mode}-seed{seed}-{code.name}{tag}").resolve()
         shutil.rmtree(run_dir, ignore_errors=True)
         cmd += ["--run-dir", str(run_dir)]

@@ -137,13 +137,16 @@ def test_a_code_tree_goes_first_on_pythonpath_and_the_machines_entries_stay(monk
 def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
     out = tmp_path / "cold.jsonl"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--no-probe", "--no-warm",
-                           "--variant", "RLPAR_PLAIN_LAYERS=1", "--run-dir-root", "runs", "--evaluate", "2",
+                           "--variant", "RLPAR_PLAIN_LAYERS=1", "--variant", "RLPAR_PLAIN_LAYERS=maybe",
+                           "--run-dir-root", "runs", "--evaluate", "2",
                            "--out", str(out), "--",
                            "ppo", "--env", "CartPole-v1", "--total-timesteps", "2048", "--eval-every", "0"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), "/nonexistent"])})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    record, plain = [json.loads(line) for line in out.read_text().splitlines()]
+    # the third variant's value reaches the run, which refuses it: recorded as not measured, the exit status 1
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    record, plain, refused = [json.loads(line) for line in out.read_text().splitlines()]
+    assert refused["variant"] == "RLPAR_PLAIN_LAYERS=maybe" and "RLPAR_PLAIN_LAYERS='maybe'" in refused["not_measured"]
     assert record["mode"] == "cold" and record["seed"] == 0 and record["code"] == str(REPO)
     assert record["variant"] == "" and plain["variant"] == "RLPAR_PLAIN_LAYERS=1" and plain["greedy_return"] > 0
     # the lines arrive in order, inside the process's wall time; the CLI's own figures are read back
@@ -152,11 +155,48 @@ def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
     assert record["after_done_s"] == pytest.approx(record["wall_s"] - record["done_line_s"], abs=1e-3)
     assert record["greedy_return"] is not None and record["greedy_return"] > 0  # CartPole: every episode scores
     assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}" / "config.json").exists()
-    assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}-RLPAR_PLAIN_LAYERS_1" / "config.json").exists()
+    assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}-v1" / "config.json").exists()
 
 
-@pytest.mark.parametrize("text", ["", "TPU", "1X=2", "A=1 B"])
+def test_cold_start_variants_take_shell_quoting():
+    spec = importlib.util.spec_from_file_location("benchmarks_cold_start", BENCHMARKS / "cold_start.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    assert module.parse_variant('XLA_FLAGS="--a=1 --b=2" B=3 C=') == {"XLA_FLAGS": "--a=1 --b=2", "B": "3", "C": ""}
+
+
+@pytest.mark.parametrize("text", ["", "TPU", "1X=2", "A=1 B", "A=1 A=2", "PYTHONPATH=/x", 'A="open'])
 def test_cold_start_refuses_a_malformed_variant_in_one_line(text):
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--variant", text, "--", "ppo"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--variant" in proc.stderr, proc.stderr
+
+
+def test_bf16_operands_rounds_dense_operands_as_a_tpu_default_matmul(monkeypatch):
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import agents.layers as layers
+
+    monkeypatch.setattr(layers, "promote_dtype", layers.promote_dtype)  # undone after the test
+    spec = importlib.util.spec_from_file_location("benchmarks_bf16_operands", BENCHMARKS / "bf16_operands.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec.loader.exec_module(module)
+    x = jnp.linspace(-1.0, 1.0, 3 * 5).reshape(3, 5) + 1e-3  # values bfloat16 cannot hold exactly
+    dense = layers.Dense(4, fast=False)
+    params = dense.init(jax.random.key(0), x)
+    exact = dense.apply(params, x)
+    module.install()
+    module.install()  # once is enough: a second call does not round twice over
+    kernel = params["params"]["kernel"]
+    by_hand = (np.asarray(x.astype(jnp.bfloat16), np.float32) @ np.asarray(kernel.astype(jnp.bfloat16), np.float32)
+               + np.asarray(params["params"]["bias"]))
+    rounded = dense.apply(params, x)
+    np.testing.assert_allclose(rounded, by_hand, rtol=1e-6, atol=1e-6)
+    assert float(jnp.abs(rounded - exact).max()) > 1e-5
