@@ -54,6 +54,15 @@ def test_train_bad_input_is_one_line_without_traceback(argv, missing, message, t
     assert len(captured.err.strip().splitlines()) == 1
 
 
+def test_a_bad_plain_layers_setting_is_refused_before_compiling(monkeypatch, capsys):
+    monkeypatch.setenv("RLPAR_PLAIN_LAYERS", "maybe")
+    monkeypatch.setattr(train_cli, "_train", lambda *a: pytest.fail("reached training"))
+    assert train_cli.main(["ppo", "--env", "CartPole-v1"]) == 2
+    captured = capsys.readouterr()
+    assert "RLPAR_PLAIN_LAYERS='maybe': expected one of 1/0, true/false" in captured.err
+    assert len(captured.err.strip().splitlines()) == 1 and "compiling" not in captured.out
+
+
 @pytest.mark.parametrize(
     "gif, missing, message",
     [

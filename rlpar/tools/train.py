@@ -118,8 +118,10 @@ def _check(spec, run_config: RunConfig, config) -> list:
     the agent's own checks of the env (e.g. an action space it cannot take)."""
     import envs
 
-    from rlpar.core import hosts
+    from rlpar.core import hosts, platform
     from rlpar.run.runner import check_agent, config_env_kwargs, make_slots
+
+    platform.plain_layers_requested()  # a $RLPAR_PLAIN_LAYERS that is not a boolean: refused before any compile
 
     # unknown env id, or options it cannot take: a clear error before anything compiles
     env, env_params = envs.make(run_config.env, **config_env_kwargs(config))
