@@ -87,13 +87,14 @@ def test_a_run_cut_after_a_checkpoint_resumes_bit_identically_and_evaluates(tmp_
     assert result.returns.shape == (3,) and np.isfinite(result.returns).all()
 
 
-def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_keys():
+def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_keys(monkeypatch):
     # The run of one seed and slot 0 of a run of two (vmapped) are the same algorithm: given the keys slot 0 folds
     # in, their first updates agree up to float rounding (1e-7 on a CPU). A difference of the order of the update
     # itself would mean the vmapped and the plain program compute differently on this backend. Breakout-MinAtar's
     # accelerator preset, smaller, its minibatches gathered in blocks of 8 rows as the preset's 1,024 envs are off
     # the CPU (rlpar.core.platform.shuffle_block), forced here on every backend.
     import envs
+    from agents import shuffle
     from rlpar.core import platform, seeds
     from rlpar.run.prepare import make_program_factory
 
@@ -106,12 +107,15 @@ def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_
 
     single, two = program(1), program(2)
     key_params, key_device = jax.random.split(jax.random.key(0))
+    blocks = []  # the block each traced update takes
+    block_size = shuffle.block_size
+    monkeypatch.setattr(shuffle, "block_size", lambda *args: blocks.append(block_size(*args)) or blocks[-1])
     with platform.forcing(shuffle_block=8):  # traced inside: every jit call below
-        assert platform.shuffle_block(config.batch_size, config.num_envs, config.num_minibatches) == 8
         start = jax.jit(single.init)(jax.random.fold_in(key_params, 0), jax.random.fold_in(key_device, 0))
         start_two = jax.jit(two.init)(key_params, key_device)
         one_after, _ = jax.jit(single.update)(start)
         two_after, _ = jax.jit(two.update)(start_two)
+    assert blocks == [8, 8]  # the single program's update and the two-seed one's (its slots vmapped: one trace)
     before = _leaves(start.agent.params)
     for a, b in zip(before, _leaves(start_two.agent.params)):
         np.testing.assert_allclose(a, b[0], atol=1e-6)

@@ -291,7 +291,7 @@ def gae_method() -> str:
     associative form 2.6x faster at 16 x 1,024 (72 vs 27 us): a few microseconds of a PPO update of milliseconds. On a
     TPU v5e the scan took 1.15 ms of a 7.53 ms update at one env x 128 steps (``benchmarks/profile_update.py``,
     about 9 us per step, each a loop iteration of its own); the associative form is not measured there yet
-    (``benchmarks/train_sps.py ... --force gae_method=associative``), so it is not the default anywhere."""
+    (``benchmarks/profile_update.py ... --force gae_method=associative``), so it is not the default anywhere."""
     method = _forced.get("gae_method")
     return "scan" if method is None else method
 
