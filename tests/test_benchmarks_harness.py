@@ -137,25 +137,23 @@ def test_a_code_tree_goes_first_on_pythonpath_and_the_machines_entries_stay(monk
 def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
     out = tmp_path / "cold.jsonl"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--no-probe", "--no-warm",
-                           "--variant", "RLPAR_PLAIN_LAYERS=1", "--variant", "RLPAR_PLAIN_LAYERS=maybe",
-                           "--run-dir-root", "runs", "--evaluate", "2",
+                           "--variant", "RLPAR_PLAIN_LAYERS=maybe", "--run-dir-root", "runs", "--evaluate", "2",
                            "--out", str(out), "--",
                            "ppo", "--env", "CartPole-v1", "--total-timesteps", "2048", "--eval-every", "0"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), "/nonexistent"])})
-    # the third variant's value reaches the run, which refuses it: recorded as not measured, the exit status 1
+    # the variant's value reaches the run, which refuses it: recorded as not measured, the exit status 1
     assert proc.returncode == 1, proc.stderr[-3000:]
-    record, plain, refused = [json.loads(line) for line in out.read_text().splitlines()]
+    record, refused = [json.loads(line) for line in out.read_text().splitlines()]
     assert refused["variant"] == "RLPAR_PLAIN_LAYERS=maybe" and "RLPAR_PLAIN_LAYERS='maybe'" in refused["not_measured"]
     assert record["mode"] == "cold" and record["seed"] == 0 and record["code"] == str(REPO)
-    assert record["variant"] == "" and plain["variant"] == "RLPAR_PLAIN_LAYERS=1" and plain["greedy_return"] > 0
+    assert record["variant"] == "" and "wall_s" not in refused
     # the lines arrive in order, inside the process's wall time; the CLI's own figures are read back
     assert 0 < record["header_s"] <= record["compiled_line_s"] <= record["done_line_s"] < record["wall_s"]
     assert record["compile_s"] > 0 and record["sps"] > 0 and record["to_first_update_s"] > 0
     assert record["after_done_s"] == pytest.approx(record["wall_s"] - record["done_line_s"], abs=1e-3)
     assert record["greedy_return"] is not None and record["greedy_return"] > 0  # CartPole: every episode scores
     assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}" / "config.json").exists()
-    assert (tmp_path / "runs" / f"r0-cold-seed0-{REPO.name}-v1" / "config.json").exists()
 
 
 def test_cold_start_variants_take_shell_quoting():
