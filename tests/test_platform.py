@@ -1,6 +1,7 @@
 """rlpar.core.platform: every per-backend choice answers on XLA:CPU as documented, RLPAR_PLAIN_LAYERS=1 gives each the
 accelerator's answer, forcing a choice is undone after its block, and the old names are the same functions."""
 
+import os
 import re
 import subprocess
 import sys
@@ -165,3 +166,25 @@ def test_force_sets_one_choice_until_undone_and_refuses_an_unknown_one():
     assert platform.raveled_update("cpu")
     with pytest.raises(ValueError, match="choice 'dense': expected one of"):
         platform.force("dense", True)
+
+
+def test_runtime_defaults_are_set_unless_the_user_set_one():
+    environ = {"PATH": "/bin"}
+    assert platform.set_runtime_defaults(environ) == platform.TPU_RUNTIME_DEFAULTS
+    assert environ["TPU_PREMAPPED_BUFFER_SIZE"] == str(256 * 2 ** 20) == environ[
+        "TPU_PREMAPPED_BUFFER_TRANSFER_THRESHOLD_BYTES"]
+    mine = {"TPU_PREMAPPED_BUFFER_SIZE": "67108864"}
+    assert platform.set_runtime_defaults(mine) == {} and mine == {"TPU_PREMAPPED_BUFFER_SIZE": "67108864"}
+
+
+def test_the_commands_set_them_before_the_devices_open(tmp_path):
+    # a fresh process, as a user starts it: the settings are in place by the time JAX opens the backend
+    code = ("import os, jax._src.xla_bridge as xb; from rlpar.tools import train; seen = {}; "
+            "original = xb.backends\n"
+            "def spy(*a, **k):\n"
+            "    seen.setdefault('size', os.environ.get('TPU_PREMAPPED_BUFFER_SIZE')); return original(*a, **k)\n"
+            "xb.backends = spy; train.main(['ppo', '--env', 'CartPole-v1', '--dry-run']); print('SIZE', seen.get('size'))")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_PREMAPPED")}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert f"SIZE {256 * 2 ** 20}" in proc.stdout, proc.stdout + proc.stderr[-2000:]

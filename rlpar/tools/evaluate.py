@@ -86,6 +86,9 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlpar.core import platform
+
+    platform.set_runtime_defaults()  # before anything opens a TPU
     args = make_parser().parse_args(argv)
     try:
         if args.gif:

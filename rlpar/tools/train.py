@@ -135,6 +135,9 @@ def _check(spec, run_config: RunConfig, config) -> list:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlpar.core import platform
+
+    platform.set_runtime_defaults()  # before anything opens a TPU
     dry_run, argv = dry_run_requested(list(sys.argv[1:] if argv is None else argv))
     try:
         resumed = resume.expand(argv)  # [AGENT] --resume RUN_DIR -> the run's own command line
