@@ -158,7 +158,8 @@ def main(argv=None) -> int:
                                 failed += 1
                                 row = {"round": round_index, "code": str(code), "variant": name, "mode": mode,
                                        "seed": seed, "not_measured": str(err).strip().splitlines()[-1][-300:]}
-                                common.say(f"{mode} run, seed {seed}{f', {name}' if name else ''}: {row['not_measured']}")
+                                label = f"{mode} run, seed {seed}" + (f", {name}" if name else "")
+                                common.say(f"{label}: {row['not_measured']}")
                             emit(record("cold_start", **row, cli=" ".join(args.cli)), args.out)
     finally:
         for cache in caches.values():

@@ -112,8 +112,11 @@ def test_ppo_takes_the_forced_gae_method_and_learns_the_same(monkeypatch):
 
     traced = []
     original = advantages.backward_sums
-    monkeypatch.setattr(advantages, "backward_sums",
-                        lambda x, decay, method=None: traced.append(platform.gae_method()) or original(x, decay, method))
+    def spy(x, decay, method=None):
+        traced.append(platform.gae_method())
+        return original(x, decay, method)
+
+    monkeypatch.setattr(advantages, "backward_sums", spy)
     from agents.ppo import PPOConfig, make_ppo
     from rlpar.core.program import make_program
 

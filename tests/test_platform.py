@@ -183,7 +183,8 @@ def test_the_commands_set_them_before_the_devices_open(tmp_path):
             "original = xb.backends\n"
             "def spy(*a, **k):\n"
             "    seen.setdefault('size', os.environ.get('TPU_PREMAPPED_BUFFER_SIZE')); return original(*a, **k)\n"
-            "xb.backends = spy; train.main(['ppo', '--env', 'CartPole-v1', '--dry-run']); print('SIZE', seen.get('size'))")
+            "xb.backends = spy; train.main(['ppo', '--env', 'CartPole-v1', '--dry-run'])\n"
+            "print('SIZE', seen.get('size'))")
     env = {k: v for k, v in os.environ.items() if not k.startswith("TPU_PREMAPPED")}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, env=env,
                           timeout=120)

@@ -394,7 +394,7 @@ def collector_unroll() -> int:
     return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
 
 
-# --- the TPU runtime's start (the commands) ----------------------------------------------------------------------------
+# --- the TPU runtime's start (the commands) --------------------------------------------------------------------------
 
 PREMAPPED_BUFFER_BYTES = 256 << 20  # the TPU runtime's pinned host buffer for transfers (its default: 4 GiB)
 TPU_RUNTIME_DEFAULTS = {
