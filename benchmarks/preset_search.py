@@ -8,6 +8,9 @@ beside the others, not what one run of it reaches (time one run with ``python -m
 
     python benchmarks/preset_search.py --env Breakout-MinAtar --shapes 512x32x8x4,1024x32x16x4 \\
         --sweep "lr=5e-4,1e-3,2e-3" --num-seeds 3 --total-timesteps 10000000
+
+``--set "lr=1e-3 ent_coef=0.03"`` fixes fields as constants of the compiled program instead (``--num-seeds 1`` and no
+``--sweep``: one seed's program, as ``python -m rlpar.train`` compiles it); ``--seed`` picks the run's seed.
 """
 
 from __future__ import annotations
@@ -36,11 +39,36 @@ def sweep_grid(sweep: str) -> list[dict]:
             for combo in itertools.product(*(values for _, values in fields))] or [{}]
 
 
+def parse_set(text: str, config) -> dict:
+    """``"lr=1e-3 torso=mlp"`` -> ``{"lr": 0.001, "torso": "mlp"}``, each value of its field's type in ``config``;
+    ``ValueError`` (one line) for an unknown field or a value that is not of its type."""
+    values = {}
+    for item in text.split():
+        name, sep, value = item.partition("=")
+        if not sep or not hasattr(config, name):
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME a field of {type(config).__name__}")
+        kind = type(getattr(config, name))
+        try:
+            if kind is bool:
+                values[name] = value.lower() in ("1", "true", "yes", "on")
+            elif kind is tuple:  # layer widths: 256,256
+                values[name] = tuple(int(part) for part in value.split(","))
+            else:
+                values[name] = kind(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"--set {item!r}: {value!r} is not a {kind.__name__}") from None
+    return values
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--shapes", required=True, help="comma list of ENVSxSTEPSxMINIBATCHESxEPOCHS")
     parser.add_argument("--sweep", default="", help="as rlpar.train's --sweep (sweepable fields)")
+    parser.add_argument("--set", default="", metavar="'NAME=VALUE ...'",
+                        help="config fields set for every slot, as constants of the program (unlike --sweep's values, "
+                             "which the slots' states carry), e.g. 'lr=1e-3 ent_coef=0.03'")
+    parser.add_argument("--seed", type=int, default=0, help="the run's seed (slot i draws from seed index i of it)")
     parser.add_argument("--num-seeds", type=int, default=3)
     parser.add_argument("--total-timesteps", type=int, default=10_000_000, help="env steps per slot")
     parser.add_argument("--eval-episodes", type=int, default=64)
@@ -58,6 +86,7 @@ def main(argv=None) -> int:
 
     base = PPOConfig.for_env(args.env, platform="cpu")  # the CPU preset's learning settings, on any backend
     try:  # an unknown env or a shape the config refuses: one line, before anything compiles
+        base = base.replace(seed=args.seed, **parse_set(args.set, base))
         import envs
 
         envs.make(args.env)
@@ -76,7 +105,8 @@ def main(argv=None) -> int:
         run_s = sum(record["time_s"] for record in result.metrics)
         slots = last.get("slots") or [last]
         record = {"benchmark": "preset_search", "env": args.env, **shape, "total_timesteps": args.total_timesteps,
-                  "sweep": args.sweep, "num_seeds": args.num_seeds, "compile_s": result.compile_s,
+                  "sweep": args.sweep, "set": parse_set(args.set, base), "seed": args.seed,
+                  "num_seeds": args.num_seeds, "compile_s": result.compile_s,
                   "run_s": run_s, "wall_s": wall, "sps_all_slots": last["env_steps"] * len(slots) / run_s,
                   **platform_fields(jax.devices()[:1]), "command": command_line()}
         grid = sweep_grid(args.sweep)

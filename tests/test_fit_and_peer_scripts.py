@@ -53,6 +53,16 @@ def test_preset_search_slots_follow_the_sweep_grid_first_field_slowest():
         preset_search.parse_shape("1024x16")
 
 
+def test_preset_search_set_gives_each_field_its_own_type():
+    from agents.ppo import PPOConfig
+
+    config = PPOConfig()
+    assert preset_search.parse_set("lr=1e-3 anneal_lr=false update_epochs=2 torso=mlp hidden_sizes=256,128",
+                                   config) == dict(lr=1e-3, anneal_lr=False, update_epochs=2, torso="mlp",
+                                                   hidden_sizes=(256, 128))
+    assert preset_search.parse_set("", config) == {}
+
+
 def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     stray = tmp_path / "ippo_ff_mpe.py"
     stray.write_text("")
@@ -67,6 +77,8 @@ def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     ("memory_fit.py", ["--env", "NoSuchEnv-v0"], "unknown env 'NoSuchEnv-v0'"),
     ("preset_search.py", ["--shapes", "8x8"], "expected ENVSxSTEPSxMINIBATCHESxEPOCHS"),
     ("preset_search.py", ["--shapes", "8x8x3x1"], "num_minibatches=3"),
+    ("preset_search.py", ["--shapes", "8x8x1x1", "--set", "lr=fast"], "--set 'lr=fast': 'fast' is not a float"),
+    ("preset_search.py", ["--shapes", "8x8x1x1", "--set", "learning_rate=1"], "a field of PPOConfig"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything_compiles(script, args, says):
     done = _run(script, *args)
