@@ -157,6 +157,25 @@ def test_resume_with_other_settings_than_the_checkpoint_is_refused(tiny_run_dir,
         run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1), resume=True)
 
 
+def test_a_run_dir_written_before_a_config_field_existed_resumes_with_its_old_value(tiny_run_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    run_dir = _copy_run(tiny_run_dir, tmp_path / "run")
+    meta = json.loads((run_dir / rundir.CONFIG).read_text())
+    for name in rundir.CONFIG_FIELDS_ADDED:
+        del meta["config"][name]
+    (run_dir / rundir.CONFIG).write_text(json.dumps(meta))
+    read_meta = Checkpoints.read_meta
+
+    def written_before(self, step):  # the checkpoint's own copy of the settings, as such a run wrote it
+        saved = read_meta(self, step)
+        return {**saved, "config": {k: v for k, v in saved["config"].items() if k not in rundir.CONFIG_FIELDS_ADDED}}
+
+    monkeypatch.setattr(Checkpoints, "read_meta", written_before)
+    assert train_cli.main(["--resume", str(run_dir)]) == 0, capsys.readouterr().err
+    assert rundir.CONFIG_FIELDS_ADDED == {"collector_unroll": 0}  # what those runs ran with: the backend's choice
+    assert PPOConfig().collector_unroll == 0
+
+
 def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_checkpoint(tmp_path):
     # Adam moves every parameter by ~lr per step: after one step at 1e18 they are huge but finite; the next loss
     # overflows float32. One minibatch per update, so each update's loss is computed before its only step.

@@ -106,6 +106,53 @@ def test_forcing_wins_and_is_restored_even_after_an_error():
     assert platform.collector_unroll() == 1
 
 
+def test_a_config_s_collector_unroll_beats_the_backend_s_and_a_forced_answer_beats_both():
+    assert platform.collector_unroll(0) == 1  # this CPU's answer
+    assert platform.collector_unroll(3) == 3
+    with platform.fast_paths(False):
+        assert platform.collector_unroll(0) == platform.UNROLL_ACCELERATOR and platform.collector_unroll(1) == 1
+    with platform.forcing(collector_unroll=4):
+        assert platform.collector_unroll(3) == 4
+
+
+def _scan_unrolls(jaxpr) -> list:
+    import jax
+    import jax.extend.core  # noqa: F401 - jaxprs_in_params
+
+    found = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            found.append(eqn.params["unroll"])
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            found += _scan_unrolls(sub)
+    return found
+
+
+@pytest.mark.parametrize("requested, expected", [(0, 1), (4, 4)])
+def test_the_collector_unrolls_its_scan_as_the_config_asks(requested, expected):
+    import jax
+
+    import envs
+    from agents.ppo import SPEC, PPOConfig
+    from rlpar.core import program
+
+    config = PPOConfig(num_envs=2, num_steps=8, collector_unroll=requested)
+    env, env_params = envs.make("CartPole-v1")
+    prog = program.make_program(SPEC.make(config, env, env_params, 2, None), env, env_params, 2, 8, None,
+                                collector_unroll=config.collector_unroll)
+    state = jax.eval_shape(prog.init, jax.random.PRNGKey(0), jax.random.PRNGKey(1))
+    # the collect's scan is the first one traced (the learner's epochs and minibatch steps come after it)
+    assert _scan_unrolls(jax.make_jaxpr(prog.update)(state).jaxpr)[0] == expected
+
+
+@pytest.mark.parametrize("value", [-1, True, 9, 1.5])
+def test_a_bad_collector_unroll_is_refused_naming_it(value):
+    from agents.ppo import PPOConfig
+
+    with pytest.raises(ValueError, match=f"collector_unroll={value!r}: must be an integer from 0 .* num_steps=8"):
+        PPOConfig(num_steps=8, collector_unroll=value).validate()
+
+
 @pytest.mark.parametrize("answers, message", [
     ({"shuffle_method": "bogus"}, "shuffle method 'bogus'"),
     ({"shuffle_block": 0}, "shuffle block 0"),

@@ -101,7 +101,7 @@ def _positive_int(name: str, value) -> None:
 class AgentConfig:
     """The fields and checks every agent config needs; subclass it (a frozen dataclass) and add your own.
 
-    The engine reads ``seed``, ``num_envs``, ``num_steps``, ``batch_size``, ``num_updates`` and calls
+    The engine reads ``seed``, ``num_envs``, ``num_steps``, ``collector_unroll``, ``batch_size``, ``num_updates`` and calls
     ``validate(num_devices)`` before compiling anything; every field becomes a CLI flag.
     """
 
@@ -109,6 +109,9 @@ class AgentConfig:
     num_envs: int = config_field(8, "parallel environments in total, split evenly over the devices")
     num_steps: int = config_field(128, "environment steps per environment per update (rollout length T)")
     total_timesteps: int = config_field(1_000_000, "environment steps to train for, over all environments")
+    collector_unroll: int = config_field(
+        0, "environment steps per iteration of the collect's loop: more compile time, less loop overhead per step; "
+           "0: the backend's choice (1 on a CPU, 2 on an accelerator)")
 
     @property
     def batch_size(self) -> int:
@@ -131,6 +134,10 @@ class AgentConfig:
         if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
             # PRNGKey keeps a seed's low 32 bits: 2**32 would silently be seed 0
             raise ValueError(f"seed={self.seed!r}: must be an integer in 0..{2**32 - 1}")
+        unroll = self.collector_unroll
+        if not isinstance(unroll, int) or isinstance(unroll, bool) or not 0 <= unroll <= self.num_steps:
+            raise ValueError(f"collector_unroll={unroll!r}: must be an integer from 0 (the backend's choice) to "
+                             f"num_steps={self.num_steps}")
         if self.num_envs % num_devices:
             raise ValueError(
                 f"num_envs={self.num_envs} is not divisible by the device count {num_devices}: "

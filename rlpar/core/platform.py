@@ -382,15 +382,21 @@ def collector_keys_up_front(num_keys: int | None = None) -> bool:
     return cpu_fast_paths() or (num_keys is not None and num_keys <= KEYS_UP_FRONT_MAX)
 
 
-def collector_unroll() -> int:
-    """Environment steps per iteration of the collect's ``lax.scan``: 1 on the fast paths, where unrolling made the
+def collector_unroll(requested: int = 0) -> int:
+    """Environment steps per iteration of the collect's ``lax.scan``: the forced answer if set, else ``requested``
+    (a config's ``collector_unroll``) when it is positive, else 1 on the fast paths, where unrolling made the
     collector slower on XLA:CPU; ``UNROLL_ACCELERATOR`` elsewhere: on a TPU v5e (CartPole, 128 steps) two steps per
     iteration took the collector from 29% behind the bare gymnax loop to 15% ahead at 4,096 envs and from 23% behind
     to level at 32,768; four steps gained 3-5% more but doubled the collector's compile time (``docs/benchmarks.md``,
-    "Shuffles and the collector on a TPU v5e")."""
+    "Shuffles and the collector on a TPU v5e"). More steps per iteration cost compile time: on the same chip, PPO on
+    Breakout-MinAtar at 1,024 envs x 16 steps compiled in 14.1 s with one step and 17.7 s with two, and ran at 1.82M
+    and 2.02M SPS; a run of 1e7 steps spends more in the compile than in training, so its preset asks for one
+    (``agents.ppo.presets.ACCELERATOR``)."""
     steps = _forced.get("collector_unroll")
     if steps is not None:
         return steps
+    if requested:
+        return requested
     return 1 if cpu_fast_paths() else UNROLL_ACCELERATOR
 
 

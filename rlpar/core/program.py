@@ -41,7 +41,7 @@ class Program(NamedTuple):
 
 
 def make_program(agent: Agent, env, env_params, num_envs: int, num_steps: int, axis_name: str | None,
-                 eval_episodes: int = 0, eval_steps: int | None = None) -> Program:
+                 eval_episodes: int = 0, eval_steps: int | None = None, collector_unroll: int = 0) -> Program:
     """The training program of ``agent`` on ``num_envs`` environments of this device, ``num_steps`` steps each per
     update. ``update``'s metrics are the agent's plus ``episode/count``, ``episode/return_sum`` and
     ``episode/length_sum`` over the episodes that ended during the collect, summed over devices.
@@ -50,11 +50,12 @@ def make_program(agent: Agent, env, env_params, num_envs: int, num_steps: int, a
     deterministic policy export (``agent.policy(state, True)``, carry from ``agent.initial_carry``) on environments
     of its own, each to its end or ``eval_steps`` steps (default: ``episodes.max_steps(env_params)``), and returns
     every device's episodes (``episodes.RETURNS``, ``episodes.LENGTHS``: ``[devices * eval_episodes]``). Device
-    ``i`` draws its episodes from ``fold_in(key, i)``; the training state is only read.
+    ``i`` draws its episodes from ``fold_in(key, i)``; the training state is only read. ``collector_unroll``: the
+    collect's environment steps per loop iteration (``AgentConfig.collector_unroll``; 0: the backend's choice).
     """
     cpu_paths.install()  # threefry unrolled on XLA:CPU as rlpar.core.platform.threefry_unrolled decides
     collect = rollout.make_collector(env, env_params, agent.act, num_steps, bootstrap=agent.bootstrap,
-                                     initial_carry=agent.initial_carry)
+                                     initial_carry=agent.initial_carry, unroll=collector_unroll)
 
     def init(key_params: jax.Array, key_device: jax.Array) -> TrainState:
         key_env, key_agent = jax.random.split(key_device)

@@ -114,7 +114,7 @@ class _Pending(NamedTuple):
 
 
 def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap: BootstrapFn | None = None,
-                   initial_carry: Callable[[int], Any] | None = None):
+                   initial_carry: Callable[[int], Any] | None = None, unroll: int = 0):
     """Build ``collect(agent_state, rollout_state) -> (rollout_state, Transition [num_steps, B])``.
 
     Args:
@@ -123,6 +123,8 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
       num_steps: ``T``, environment steps per collect call.
       bootstrap: ``Agent.bootstrap`` or ``None``: ``(agent_state, carry, final_obs [B, ...]) -> pytree [B, ...]``.
       initial_carry: ``Agent.initial_carry``; where an episode ends the carry is reset to ``initial_carry(B)``.
+      unroll: environment steps per iteration of the scan (``AgentConfig.collector_unroll``); 0: the backend's
+        choice (``rlpar.core.platform.collector_unroll``, which a forced answer overrides either way).
 
     ``final`` without keeping every step's final observation: the scan carries, per environment, the final
     observation (and carry) of its latest truncated step, and one batched ``bootstrap`` call after the scan serves
@@ -178,7 +180,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
                 return env_step(agent_state, carry, key_act, jax.random.split(key_env, num_envs))
 
             xs = jnp.arange(num_steps)
-        (state, pending), traj = jax.lax.scan(step, (state, pending), xs, unroll=scan_unroll())
+        (state, pending), traj = jax.lax.scan(step, (state, pending), xs, unroll=scan_unroll(unroll))
         if bootstrap is not None:
             traj = traj._replace(final=_finals(bootstrap, agent_state, pending, traj))
         return state.replace(key=key_next), traj
@@ -190,7 +192,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 # theirs, read when a collector is traced.
 keys_up_front = platform.collector_keys_up_front  # (num_keys) -> split every step's keys before the scan?
 set_keys_up_front = platform.set_keys_up_front  # force that for collectors traced from now on; None: by platform
-scan_unroll = platform.collector_unroll  # () -> environment steps per iteration of the collect's scan
+scan_unroll = platform.collector_unroll  # (requested) -> environment steps per iteration of the collect's scan
 set_unroll = platform.set_collector_unroll  # force that for collectors traced from now on; None: by platform
 
 

@@ -177,7 +177,8 @@ def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_
         def one(cfg):
             agent_fns = agent.make(cfg, env, env_params, num_envs, axis_name)
             return program.make_program(agent_fns, env, env_params, num_envs, cfg.num_steps, axis_name,
-                                        eval_episodes=eval_episodes)
+                                        eval_episodes=eval_episodes,
+                                        collector_unroll=getattr(cfg, "collector_unroll", 0))
 
         if slots.count == 1 and not slots.hparams:
             return one(config)

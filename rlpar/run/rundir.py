@@ -26,6 +26,9 @@ FORMAT_VERSION = 2
 RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64, "search": "", "population": 0, "pbt": False,
                     "pbt_interval": 0, "pbt_quantile": 0.25, "pbt_resample": 0.25, "pbt_fitness": "train",
                     "population_devices": 1}
+# Fields every agent config gained since then (rlpar.core.agent.AgentConfig), with the values a run dir written
+# without them ran with.
+CONFIG_FIELDS_ADDED = {"collector_unroll": 0}
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
