@@ -1,5 +1,6 @@
 """benchmarks/memory_fit.py (doubling, then halving to the largest env count that fits), benchmarks/preset_search.py's
-slot grid, and benchmarks/marl_vs_jaxmarl.py's refusal of a path that is not JaxMARL's script."""
+slot grid, benchmarks/slot_parity.py's parts, and benchmarks/marl_vs_jaxmarl.py's refusal of a path that is not
+JaxMARL's script."""
 
 import json
 import subprocess
@@ -63,6 +64,21 @@ def test_preset_search_set_gives_each_field_its_own_type():
     assert preset_search.parse_set("", config) == {}
 
 
+@pytest.mark.slow  # compiles five parts three ways (about 40 s of CPU)
+def test_slot_parity_finds_a_slot_computing_what_the_single_program_does_on_the_cpu(tmp_path):
+    out = tmp_path / "parity.jsonl"
+    done = _run("slot_parity.py", "--env", "CartPole-v1", "--num-envs", "8", "--warm-updates", "2", "--copies", "2",
+                "--out", str(out))
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = {r["part"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert list(rows) == ["shuffles", "grad", "optimizer", "fit", "update"]
+    for part, row in rows.items():
+        gap = row["vmap2_slot0_vs_single"]
+        assert gap["other_elements_differing"] == 0, part  # the same permutations, actions, counters
+        assert gap["max_abs"] < 1e-4, (part, gap)  # float rounding, not another computation
+        assert row["cpu_vs_single"]["max_abs"] == 0.0  # the reference is this backend here
+
+
 def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     stray = tmp_path / "ippo_ff_mpe.py"
     stray.write_text("")
@@ -79,6 +95,8 @@ def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     ("preset_search.py", ["--shapes", "8x8x3x1"], "num_minibatches=3"),
     ("preset_search.py", ["--shapes", "8x8x1x1", "--set", "lr=fast"], "--set 'lr=fast': 'fast' is not a float"),
     ("preset_search.py", ["--shapes", "8x8x1x1", "--set", "learning_rate=1"], "a field of PPOConfig"),
+    ("slot_parity.py", ["--copies", "0"], "--copies '0': expected a comma list of positive integers"),
+    ("slot_parity.py", ["--env", "NoSuchEnv-v0"], "NoSuchEnv-v0"),
 ])
 def test_bad_input_is_one_line_and_exit_2_before_anything_compiles(script, args, says):
     done = _run(script, *args)
