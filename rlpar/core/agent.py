@@ -101,8 +101,8 @@ def _positive_int(name: str, value) -> None:
 class AgentConfig:
     """The fields and checks every agent config needs; subclass it (a frozen dataclass) and add your own.
 
-    The engine reads ``seed``, ``num_envs``, ``num_steps``, ``collector_unroll``, ``batch_size``, ``num_updates`` and calls
-    ``validate(num_devices)`` before compiling anything; every field becomes a CLI flag.
+    The engine reads ``seed``, ``num_envs``, ``num_steps``, ``collector_unroll``, ``batch_size``, ``num_updates``
+    and calls ``validate(num_devices)`` before compiling anything; every field becomes a CLI flag.
     """
 
     seed: int = config_field(0, "PRNG seed; same seed and device count give identical results")
