@@ -51,7 +51,8 @@ def main(argv=None) -> int:
         # are traced with the rest of the fast paths as this host has them
         with _dense_path(fast):
             ppo = make_ppo(config, env, env_params, config.num_envs, None)
-            program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
+            program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None,
+                                   collector_unroll=config.collector_unroll)
             state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
             run = jax.jit(lambda s, update=program.update: jax.lax.scan(lambda c, _: (update(c)[0], None), s, None,
                                                                         length=args.updates)[0])

@@ -32,7 +32,8 @@ def analyse(spec, config, env, env_params, num_envs: int, slots: int) -> dict:
 
     config = config.replace(num_envs=num_envs, total_timesteps=num_envs * config.num_steps)
     agent = spec.make(config, env, env_params, num_envs, None)
-    program = make_program(agent, env, env_params, num_envs, config.num_steps, None)
+    program = make_program(agent, env, env_params, num_envs, config.num_steps, None,
+                           collector_unroll=getattr(config, "collector_unroll", 0))
 
     def init(key):
         return program.init(key, key)

@@ -10,12 +10,14 @@ beside the others, not what one run of it reaches (time one run with ``python -m
         --sweep "lr=5e-4,1e-3,2e-3" --num-seeds 3 --total-timesteps 10000000
 
 ``--set "lr=1e-3 ent_coef=0.03"`` fixes fields as constants of the compiled program instead (``--num-seeds 1`` and no
-``--sweep``: one seed's program, as ``python -m rlpar.train`` compiles it); ``--seed`` picks the run's seed.
+``--sweep``: one seed's program, as ``python -m rlpar.train`` compiles it; add ``collector_unroll=1`` for the
+Breakout-MinAtar accelerator preset's collector); ``--seed`` picks the run's seed.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import time
 
@@ -43,13 +45,17 @@ def parse_set(text: str, config) -> dict:
     """``"lr=1e-3 torso=mlp"`` -> ``{"lr": 0.001, "torso": "mlp"}``, each value of its field's type in ``config``;
     ``ValueError`` (one line) for an unknown field or a value that is not of its type."""
     values = {}
+    fields = {f.name for f in dataclasses.fields(config)} - {"seed"}  # the seed: --seed
     for item in text.split():
         name, sep, value = item.partition("=")
-        if not sep or not hasattr(config, name):
-            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME a field of {type(config).__name__}")
+        if not sep or name not in fields:
+            raise ValueError(f"--set {item!r}: expected NAME=VALUE with NAME a field of {type(config).__name__} "
+                             "other than seed (--seed)")
         kind = type(getattr(config, name))
         try:
             if kind is bool:
+                if value.lower() not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                    raise ValueError
                 values[name] = value.lower() in ("1", "true", "yes", "on")
             elif kind is tuple:  # layer widths: 256,256
                 values[name] = tuple(int(part) for part in value.split(","))

@@ -66,7 +66,8 @@ def main(argv=None) -> int:
 
     config, env, env_params = common.ppo_setup(parser, args)
     ppo = make_ppo(config, env, env_params, config.num_envs, None)
-    program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
+    program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None,
+                           collector_unroll=config.collector_unroll)
     state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))  # TrainState(agent: PPOState, rollout)
     k, repeats = args.updates, args.repeats
 
@@ -80,7 +81,7 @@ def main(argv=None) -> int:
     times["update"] = median_seconds(update, state, repeats=repeats) / k
 
     collect = rollout.make_collector(env, env_params, ppo.act, config.num_steps, bootstrap=ppo.bootstrap,
-                                     initial_carry=ppo.initial_carry)
+                                     initial_carry=ppo.initial_carry, unroll=config.collector_unroll)
     progress.start(f"compiling and timing {k} collects")
     collect_k = jax.jit(lambda a, r: scan(lambda r: collect(a, r)[0], r, k))
     times["collect"] = median_seconds(collect_k, state.agent, state.rollout, repeats=repeats) / k

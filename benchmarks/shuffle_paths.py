@@ -84,7 +84,8 @@ def main(argv=None) -> int:
         common.say(f"compiling {args.updates} updates with the {name} shuffle")
         with _method(name):
             ppo = make_ppo(config, env, env_params, config.num_envs, None)
-            program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None)
+            program = make_program(ppo, env, env_params, config.num_envs, config.num_steps, None,
+                                   collector_unroll=config.collector_unroll)
             state = program.init(jax.random.PRNGKey(0), jax.random.PRNGKey(1))
             run = jax.jit(lambda s, update=program.update: jax.lax.scan(lambda c, _: (update(c)[0], None), s, None,
                                                                         length=args.updates)[0])

@@ -3,6 +3,7 @@ slot grid, benchmarks/slot_parity.py's parts, and benchmarks/marl_vs_jaxmarl.py'
 JaxMARL's script."""
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -62,6 +63,10 @@ def test_preset_search_set_gives_each_field_its_own_type():
                                    config) == dict(lr=1e-3, anneal_lr=False, update_epochs=2, torso="mlp",
                                                    hidden_sizes=(256, 128))
     assert preset_search.parse_set("", config) == {}
+    for bad, says in [("batch_size=5", "a field of PPOConfig"), ("seed=3", "other than seed (--seed)"),
+                      ("anneal_lr=flase", "'flase' is not a bool")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            preset_search.parse_set(bad, config)
 
 
 @pytest.mark.slow  # compiles five parts three ways (about 40 s of CPU)

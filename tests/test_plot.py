@@ -9,11 +9,11 @@ from rlpar.run.rundir import FORMAT_VERSION as RUN_FORMAT_VERSION
 from rlpar.tools import plot
 
 
-def _fake_run(path, seed, returns, lr=1e-3):
+def _fake_run(path, seed, returns, lr=1e-3, **config):
     """A run dir as the runner writes it, with chosen returns at env steps 10, 20, ..."""
     path.mkdir(parents=True)
     meta = {"format_version": RUN_FORMAT_VERSION, "agent": "ppo", "run": {"env": "CartPole-v1"}, "num_devices": 1,
-            "config": {"seed": seed, "lr": lr}}
+            "config": {"seed": seed, "lr": lr, **config}}
     (path / rundir.CONFIG).write_text(json.dumps(meta))
     lines = [json.dumps({"update": i + 1, "env_steps": 10 * (i + 1), "episode_return": r})
              for i, r in enumerate(returns)]
@@ -52,6 +52,15 @@ def test_runs_differing_only_in_seed_share_a_group(tmp_path):
     c = _fake_run(tmp_path / "c", 0, [5, 6], lr=1e-2)
     assert plot.group_runs([a, b, c]) == {"lr=0.001": [a, b], "lr=0.01": [c]}
     assert plot.group_runs([a, b]) == {"ppo on CartPole-v1": [a, b]}
+
+
+def test_a_run_written_before_a_config_field_groups_with_one_that_has_its_old_value(tmp_path):
+    old = _fake_run(tmp_path / "old", 0, [1, 2])  # no collector_unroll: the field came later
+    new = _fake_run(tmp_path / "new", 1, [3, 4], collector_unroll=0)
+    other = _fake_run(tmp_path / "other", 2, [5, 6], collector_unroll=1)
+    assert plot.group_runs([old, new]) == {"ppo on CartPole-v1": [old, new]}
+    assert plot.group_runs([new, old]) == {"ppo on CartPole-v1": [new, old]}
+    assert plot.group_runs([new, other, old]) == {"collector_unroll=0": [new, old], "collector_unroll=1": [other]}
 
 
 def test_plot_cli_writes_a_png(tmp_path, capsys):

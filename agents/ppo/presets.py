@@ -85,9 +85,10 @@ PRESETS: dict[str, dict] = _Presets({
 # x 16 steps, 8 minibatches, lr 2e-3: 39.8, 41.5, 57.1; lr 1e-3: 29.0, 21.5, 87.4; lr 5e-4: 27.8, 7.0, 17.6 (512 x 32
 # at 2e-3: 65.4, 44.5, 32.6; 256 x 32 at 2e-3: 0.0, 45.9, 60.0). Then at 1024 x 16, 6 seeds each: lr 1e-3 with
 # ent_coef 0.03 reached 53.4-86.9 (mean 68.3); lr 1e-3 / 0.01: mean 53.2; 2e-3 / 0.01: 56.3; 2e-3 / 0.03: 53.6 (one
-# seed at 6.9). Single command-line runs on the chip learn less than these slots (seeds 0-2: 18.0, 19.6, 16.0; one slot
-# of any program stays near 20, six reach 27-87), for a reason not yet found (docs/accelerators.md); the same three
-# runs on a CPU reached 43.3, 73.5, 19.7. A run of this shape: 2.07M SPS, 1e7 steps in 4.8 s after compile.
+# seed at 6.9). Single command-line runs on the chip learn less than these slots (seeds 0-2: 18.0, 19.6, 16.0; nine
+# one-slot programs ended at 16.4-28.4, six slots of one program at 27.0-82.9), for a reason not yet found
+# (docs/accelerators.md); the same three runs on a CPU reached 43.3, 73.5, 19.7. A run of this shape with two
+# collector steps per iteration: 2.07M SPS, 1e7 steps in 4.8 s after compile.
 # One collector step per loop iteration (collector_unroll=1, not the accelerator's 2): on the same chip the program
 # compiled in 14.1 s against 17.7 s and trained at 1.82M SPS against 2.02M (benchmarks/train_sps.py --force
 # collector_unroll=1, 2e6 steps, results/2026-12-06/breakout_single_vs_slots_tpu_v5e.jsonl): 1e7 steps cost 0.5 s

@@ -115,7 +115,8 @@ def group_runs(run_dirs: list[str]) -> dict[str, list[str]]:
 
     def settings(meta: dict) -> dict:
         flat = {"agent": meta["agent"], "env": meta["run"]["env"], "devices": meta["num_devices"]}
-        flat.update({k: v for k, v in meta["config"].items() if k != "seed"})
+        config = {**rundir.CONFIG_FIELDS_ADDED, **meta["config"]}  # runs written before a field: what they ran with
+        flat.update({k: v for k, v in config.items() if k != "seed"})
         return flat
 
     groups: dict[str, list[str]] = {}

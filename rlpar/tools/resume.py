@@ -84,7 +84,8 @@ def expand(argv: list[str]) -> ResumeArgs:
         run_values["devices"] = num_devices // num_processes
     else:
         run_values["devices"] = meta["run"]["devices"]
-    return ResumeArgs([agent, *values_to_argv(run_values), *values_to_argv(meta["config"])], str(run_dir))
+    config_values = {**rundir.CONFIG_FIELDS_ADDED, **meta["config"]}  # a field the run predates: what it ran with
+    return ResumeArgs([agent, *values_to_argv(run_values), *values_to_argv(config_values)], str(run_dir))
 
 
 def _process_flags(argv: list[str]) -> tuple[dict, list[str]]:
