@@ -92,7 +92,8 @@ def main(argv=None) -> int:
 
     base = PPOConfig.for_env(args.env, platform="cpu")  # the CPU preset's learning settings, on any backend
     try:  # an unknown env or a shape the config refuses: one line, before anything compiles
-        base = base.replace(seed=args.seed, **parse_set(args.set, base))
+        fixed = parse_set(args.set, base)
+        base = base.replace(seed=args.seed, **fixed)
         import envs
 
         envs.make(args.env)
@@ -111,7 +112,7 @@ def main(argv=None) -> int:
         run_s = sum(record["time_s"] for record in result.metrics)
         slots = last.get("slots") or [last]
         record = {"benchmark": "preset_search", "env": args.env, **shape, "total_timesteps": args.total_timesteps,
-                  "sweep": args.sweep, "set": parse_set(args.set, base), "seed": args.seed,
+                  "sweep": args.sweep, "set": fixed, "seed": args.seed,
                   "num_seeds": args.num_seeds, "compile_s": result.compile_s,
                   "run_s": run_s, "wall_s": wall, "sps_all_slots": last["env_steps"] * len(slots) / run_s,
                   **platform_fields(jax.devices()[:1]), "command": command_line()}

@@ -70,7 +70,6 @@ def main(argv=None) -> int:
 
     import jax
     import jax.numpy as jnp
-    import numpy as np
 
     import agents.ppo
     import envs

@@ -112,6 +112,7 @@ def test_ppo_takes_the_forced_gae_method_and_learns_the_same(monkeypatch):
 
     traced = []
     original = advantages.backward_sums
+
     def spy(x, decay, method=None):
         traced.append(platform.gae_method())
         return original(x, decay, method)

@@ -38,6 +38,12 @@ TENSORBOARD = "tensorboard"
 WANDB_RUN_ID = "wandb-run-id"
 
 
+def config_values(saved: dict) -> dict:
+    """A saved ``config`` section (config.json's or a checkpoint's) with ``CONFIG_FIELDS_ADDED`` filled in where the
+    run predates them: the settings the run trained with."""
+    return {**CONFIG_FIELDS_ADDED, **saved}
+
+
 def json_default(x):
     import numpy as np
 

@@ -115,8 +115,7 @@ def group_runs(run_dirs: list[str]) -> dict[str, list[str]]:
 
     def settings(meta: dict) -> dict:
         flat = {"agent": meta["agent"], "env": meta["run"]["env"], "devices": meta["num_devices"]}
-        config = {**rundir.CONFIG_FIELDS_ADDED, **meta["config"]}  # runs written before a field: what they ran with
-        flat.update({k: v for k, v in config.items() if k != "seed"})
+        flat.update({k: v for k, v in rundir.config_values(meta["config"]).items() if k != "seed"})
         return flat
 
     groups: dict[str, list[str]] = {}

@@ -84,7 +84,7 @@ def expand(argv: list[str]) -> ResumeArgs:
         run_values["devices"] = num_devices // num_processes
     else:
         run_values["devices"] = meta["run"]["devices"]
-    config_values = {**rundir.CONFIG_FIELDS_ADDED, **meta["config"]}  # a field the run predates: what it ran with
+    config_values = rundir.config_values(meta["config"])  # a field the run predates: what it ran with
     return ResumeArgs([agent, *values_to_argv(run_values), *values_to_argv(config_values)], str(run_dir))
 
 
