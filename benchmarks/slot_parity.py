@@ -1,7 +1,8 @@
 """Does a slot compute what the one-slot program computes? PPO's update on this backend, part by part: each part runs
 as the single program and vmapped over copies of the same inputs (the slots' axis), and again on the CPU as the
 reference; printed per part, the largest difference of the outputs from the single program's, absolute and relative
-to the output's largest value, and the same for the CPU's.
+to the output's largest value (with the leaf where the relative one is), and the same for the CPU's; for ``fit`` also
+the first minibatch step whose loss statistics part from the single program's (``first_step_apart``).
 
 The inputs come from the accelerator preset's program after ``--warm-updates`` updates: its state, one collected
 batch, one minibatch, its gradient. The copies are stacked on the host, so the compiler cannot see that they are
@@ -9,7 +10,7 @@ equal. Parts: ``shuffles`` (every epoch's permutation and minibatch advantage mo
 gradient), ``optimizer`` (one clipped Adam step), ``fit`` (the update's epochs of minibatch steps on one batch) and
 ``update`` (collect and learn).
 
-    python benchmarks/slot_parity.py --env Breakout-MinAtar --warm-updates 30 --copies 2,6
+    python benchmarks/slot_parity.py --env Breakout-MinAtar --warm-updates 30 --copies 1,2,6
 """
 
 from __future__ import annotations
@@ -22,26 +23,47 @@ from common import emit
 
 
 def _leaves(tree) -> list:
+    """``(path, array)`` for each leaf of ``tree``, on the host."""
     import jax
     import numpy as np
 
-    return [np.asarray(x) for x in jax.tree.leaves(jax.device_get(tree))]
+    flat, _ = jax.tree_util.tree_flatten_with_path(jax.device_get(tree))
+    return [(jax.tree_util.keystr(path), np.asarray(x)) for path, x in flat]
 
 
 def difference(a, b) -> dict:
-    """The largest ``|a - b|`` over the leaves of two like trees, and that over the largest ``|a|`` of its leaf;
-    integer and boolean leaves count their differing elements instead."""
+    """The largest ``|a - b|`` over the leaves of two like trees, and that over the largest ``|a|`` of its leaf
+    (``worst_leaf``: the path of the leaf with the largest relative gap); integer and boolean leaves count their
+    differing elements instead."""
     import numpy as np
 
-    worst, relative, differing = 0.0, 0.0, 0
-    for x, y in zip(_leaves(a), _leaves(b)):
+    worst, relative, differing, worst_leaf = 0.0, 0.0, 0, ""
+    for (path, x), (_, y) in zip(_leaves(a), _leaves(b)):
         if np.issubdtype(x.dtype, np.floating):
             gap = float(np.max(np.abs(x.astype(np.float64) - y))) if x.size else 0.0
             worst = max(worst, gap)
-            relative = max(relative, gap / max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-30))
+            leaf_relative = gap / max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-6)
+            if leaf_relative > relative:
+                relative, worst_leaf = leaf_relative, path
         else:
             differing += int(np.sum(x != y))
-    return {"max_abs": worst, "max_rel": relative, "other_elements_differing": differing}
+    return {"max_abs": worst, "max_rel": relative, "worst_leaf": worst_leaf, "other_elements_differing": differing}
+
+
+def first_step_apart(a, b, tolerance: float = 1e-3):
+    """For ``fit``'s per-step loss statistics (leaves ``[E, M]``): the first step (in order, epoch-major) at which
+    some statistic of ``b`` differs from ``a``'s by more than ``tolerance`` times that statistic's largest ``|a|``
+    over the steps (its scale: a statistic near zero at some step, as ``approx_kl`` at the first, is not held to its
+    own value there), or ``None``."""
+    import numpy as np
+
+    gaps = None
+    for (_, x), (_, y) in zip(_leaves(a), _leaves(b)):
+        x, y = x.astype(np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
+        gap = np.abs(x - y) / max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-12)
+        gaps = gap if gaps is None else np.maximum(gaps, gap)
+    over = np.nonzero(gaps > tolerance)[0]
+    return int(over[0]) if over.size else None
 
 
 def stacked(tree, copies: int):
@@ -136,8 +158,17 @@ def main(argv=None) -> int:
             slot0 = jax.tree.map(lambda x: x[0], out)
             row[f"vmap{count}_slot0_vs_single"] = difference(single, slot0)
             row[f"vmap{count}_slot0_vs_cpu"] = difference(on_cpu, slot0)
-        text = "  ".join(f"{k} {v['max_abs']:.2e} ({v['max_rel']:.1e} rel, {v['other_elements_differing']} int)"
-                         for k, v in row.items() if k != "part")
+            if name == "fit":
+                row[f"_infos{count}"] = slot0[2]
+        if name == "fit":  # when the epochs' steps part: the per-step loss statistics
+            row["first_step_apart"] = {"cpu": first_step_apart(single[2], on_cpu[2])}
+            for count in copies:
+                row["first_step_apart"][f"vmap{count}"] = first_step_apart(single[2], row.pop(f"_infos{count}"))
+        text = "  ".join(f"{k} {v['max_abs']:.2e} ({v['max_rel']:.1e} rel at {v['worst_leaf'] or '-'}, "
+                         f"{v['other_elements_differing']} int)"
+                         for k, v in row.items() if isinstance(v, dict) and "max_abs" in v)
+        if "first_step_apart" in row:
+            text += f"  first step apart {row['first_step_apart']}"
         print(f"{name:9s} {text}", flush=True)
         emit(common.record("slot_parity", env=args.env, num_envs=n, num_steps=config.num_steps,
                            warm_updates=args.warm_updates, backend=backend, **row), args.out)

@@ -82,6 +82,7 @@ def test_slot_parity_finds_a_slot_computing_what_the_single_program_does_on_the_
         assert gap["other_elements_differing"] == 0, part  # the same permutations, actions, counters
         assert gap["max_abs"] < 1e-4, (part, gap)  # float rounding, not another computation
         assert row["cpu_vs_single"]["max_abs"] == 0.0  # the reference is this backend here
+    assert rows["fit"]["first_step_apart"] == {"cpu": None, "vmap2": None}  # no minibatch step strays
 
 
 def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
