@@ -14,7 +14,7 @@ def test_the_platform_picks_between_the_cpu_and_the_accelerator_preset():
     for platform in ("tpu", "gpu"):
         chip = PPOConfig.for_env("Breakout-MinAtar", platform=platform)
         assert chip == PPOConfig(**ACCELERATOR["Breakout-MinAtar"])
-        assert (chip.num_envs, chip.num_steps, chip.lr, chip.ent_coef) == (1024, 16, 1e-3, 0.03)
+        assert (chip.num_envs, chip.num_steps, chip.lr, chip.ent_coef) == (512, 32, 1e-3, 0.03)
         # the learning settings the CPU preset measured stay: the batch's shape, the step size and the entropy move
         assert (chip.gamma, chip.hidden_sizes, chip.torso, chip.anneal_lr) == (cpu.gamma, cpu.hidden_sizes, cpu.torso,
                                                                               cpu.anneal_lr)

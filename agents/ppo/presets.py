@@ -80,20 +80,19 @@ PRESETS: dict[str, dict] = _Presets({
 
 
 # On an accelerator (JAX's default backend not the CPU): the CPU preset's learning settings with many more envs and
-# fewer steps each, chosen by measurement on one TPU v5e (benchmarks/preset_search.py, 1e7 steps, greedy return of 64
-# episodes; benchmarks/results/2026-12-05/preset_search_breakout_tpu_v5e.jsonl). The shape, 3 seeds per lr: 1024 envs
-# x 16 steps, 8 minibatches, lr 2e-3: 39.8, 41.5, 57.1; lr 1e-3: 29.0, 21.5, 87.4; lr 5e-4: 27.8, 7.0, 17.6 (512 x 32
-# at 2e-3: 65.4, 44.5, 32.6; 256 x 32 at 2e-3: 0.0, 45.9, 60.0). Then at 1024 x 16, 6 seeds each: lr 1e-3 with
-# ent_coef 0.03 reached 53.4-86.9 (mean 68.3); lr 1e-3 / 0.01: mean 53.2; 2e-3 / 0.01: 56.3; 2e-3 / 0.03: 53.6 (one
-# seed at 6.9). Single command-line runs on the chip learn less than these slots (seeds 0-2: 18.0, 19.6, 16.0; nine
-# one-slot programs ended at 16.4-28.4, six slots of one program at 27.0-82.9), for a reason not yet found
-# (docs/accelerators.md); the same three runs on a CPU reached 43.3, 73.5, 19.7. A run of this shape with two
-# collector steps per iteration: 2.07M SPS, 1e7 steps in 4.8 s after compile.
-# One collector step per loop iteration (collector_unroll=1, not the accelerator's 2): on the same chip the program
+# fewer steps each, chosen by measurement on one TPU v5e: one seed's program, as the command line compiles it
+# (benchmarks/preset_search.py --num-seeds 1 --seed S, 1e7 steps, greedy return of 64 episodes;
+# benchmarks/results/2026-12-06/breakout_single_shapes_tpu_v5e.jsonl). 512 envs x 32 steps, 8 minibatches, lr 1e-3,
+# ent_coef 0.03, seeds 0-5: 77.3, 56.6, 47.2, 62.9, 69.7, 94.6 (mean 68.1). The same batch as 1024 x 16 with twice the
+# steps per env: 1024 x 16 ended at 16-28 (seeds 0-2, means 12-21 with lr 5e-4, ent_coef 0.01, gamma 0.99, annealing,
+# 4 minibatches), 1024 x 32 at 18-26 (16 minibatches) and 3.5-24 (8), 2048 x 8 at 12-19. Slots of one search program
+# reach more at 1024 x 16 (53-87, results/2026-12-05/preset_search_breakout_tpu_v5e.jsonl), which is why an earlier
+# preset took that shape; docs/accelerators.md has the comparison. 512 envs train at 1.03M SPS (1e7 steps in 9.9 s),
+# 1024 x 16 at 1.94M: the collect's env steps cost the same at either count, so fewer envs cost time per sample.
+# One collector step per loop iteration (collector_unroll=1, not the accelerator's 2): at 1024 x 16 the program
 # compiled in 14.1 s against 17.7 s and trained at 1.82M SPS against 2.02M (benchmarks/train_sps.py --force
-# collector_unroll=1, 2e6 steps, results/2026-12-06/breakout_single_vs_slots_tpu_v5e.jsonl): 1e7 steps cost 0.5 s
-# more training and 3.6 s less compile.
+# collector_unroll=1; results/2026-12-06/breakout_single_vs_slots_tpu_v5e.jsonl); the returns above are with 1.
 ACCELERATOR: dict[str, dict] = {
-    "Breakout-MinAtar": dict(PRESETS["Breakout-MinAtar"], num_envs=1024, num_steps=16, lr=1e-3, ent_coef=0.03,
+    "Breakout-MinAtar": dict(PRESETS["Breakout-MinAtar"], num_envs=512, num_steps=32, lr=1e-3, ent_coef=0.03,
                              collector_unroll=1),
 }
