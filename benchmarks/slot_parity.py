@@ -7,8 +7,8 @@ the first minibatch step whose loss statistics part from the single program's (`
 The inputs come from the accelerator preset's program after ``--warm-updates`` updates: its state, one collected
 batch, one minibatch, its gradient. The copies are stacked on the host, so the compiler cannot see that they are
 equal. Parts: ``shuffles`` (every epoch's permutation and minibatch advantage moments), ``grad`` (one minibatch's
-gradient), ``optimizer`` (one clipped Adam step), ``fit`` (the update's epochs of minibatch steps on one batch) and
-``update`` (collect and learn).
+gradient), ``optimizer`` (one clipped Adam step), ``fit`` (the update's epochs of minibatch steps on one batch),
+``collect`` (one rollout from the state: sampled actions, env states) and ``update`` (collect and learn).
 
     python benchmarks/slot_parity.py --env Breakout-MinAtar --warm-updates 30 --copies 1,2,6
 """
@@ -33,8 +33,9 @@ def _leaves(tree) -> list:
 
 def difference(a, b) -> dict:
     """The largest ``|a - b|`` over the leaves of two like trees, and that over the largest ``|a|`` of its leaf
-    (``worst_leaf``: the path of the leaf with the largest relative gap); integer and boolean leaves count their
-    differing elements instead."""
+    (``worst_leaf``: the path of the leaf with the largest such relative gap; a leaf's scale is floored at 1e-6, so a
+    leaf of near-zero values, a first step's KL, does not dominate); integer and boolean leaves count their differing
+    elements instead."""
     import numpy as np
 
     worst, relative, differing, worst_leaf = 0.0, 0.0, 0, ""
@@ -62,6 +63,8 @@ def first_step_apart(a, b, tolerance: float = 1e-3):
         x, y = x.astype(np.float64).reshape(-1), np.asarray(y, np.float64).reshape(-1)
         gap = np.abs(x - y) / max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-12)
         gaps = gap if gaps is None else np.maximum(gaps, gap)
+    if gaps is None:  # no statistics
+        return None
     over = np.nonzero(gaps > tolerance)[0]
     return int(over[0]) if over.size else None
 
@@ -79,12 +82,13 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--num-envs", type=int, default=0, help="0: the preset's")
+    parser.add_argument("--num-steps", type=int, default=0, help="0: the preset's")
     parser.add_argument("--warm-updates", type=int, default=30, help="updates before the inputs are taken")
     parser.add_argument("--copies", default="2,6", help="comma list of slot counts to vmap over")
     common.add_out_argument(parser, "slot_parity")
     args = parser.parse_args(argv)
     try:
-        copies = [int(c) for c in args.copies.split(",")]
+        copies = sorted({int(c) for c in args.copies.split(",")})
         if min(copies) < 1:
             raise ValueError
     except ValueError:
@@ -105,7 +109,8 @@ def main(argv=None) -> int:
     try:
         env, env_params = envs.make(args.env)
         config = PPOConfig.for_env(args.env)
-        config = config.replace(num_envs=args.num_envs or config.num_envs).validate()
+        config = config.replace(num_envs=args.num_envs or config.num_envs,
+                                num_steps=args.num_steps or config.num_steps).validate()
     except ValueError as err:
         parser.exit(2, f"error: {err}\n")
     n = config.num_envs
@@ -141,6 +146,7 @@ def main(argv=None) -> int:
         "grad": (agent.grad, (params, minibatch)),
         "optimizer": (lambda g, o, p: tx.update(g, o, p), (grads, opt_state, params)),
         "fit": (lambda p, o, b, k: agent.fit(p, o, b, k, step_rows=step_rows), (params, opt_state, batch, key)),
+        "collect": (collect, (state.agent, state.rollout)),
         "update": (prog.update, (state,)),
     }
     cpu = jax.devices("cpu")[0]

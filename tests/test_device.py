@@ -91,7 +91,7 @@ def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_
     # The run of one seed and slot 0 of a run of two (vmapped) are the same algorithm: given the keys slot 0 folds
     # in, their first updates agree up to float rounding (1e-7 on a CPU). A difference of the order of the update
     # itself would mean the vmapped and the plain program compute differently on this backend. Breakout-MinAtar's
-    # accelerator preset, smaller, its minibatches gathered in blocks of 8 rows as the preset's 1,024 envs are off
+    # accelerator preset, smaller, its minibatches gathered in blocks of 8 rows as the preset's 512 envs are off
     # the CPU (rlpar.core.platform.shuffle_block), forced here on every backend.
     import envs
     from agents import shuffle

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import preset_search  # noqa: E402
+import slot_parity  # noqa: E402
 
 
 def _run(script: str, *args: str) -> subprocess.CompletedProcess:
@@ -76,13 +77,33 @@ def test_slot_parity_finds_a_slot_computing_what_the_single_program_does_on_the_
                 "--out", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     rows = {r["part"]: r for r in map(json.loads, out.read_text().splitlines())}
-    assert list(rows) == ["shuffles", "grad", "optimizer", "fit", "update"]
+    assert list(rows) == ["shuffles", "grad", "optimizer", "fit", "collect", "update"]
     for part, row in rows.items():
         gap = row["vmap2_slot0_vs_single"]
         assert gap["other_elements_differing"] == 0, part  # the same permutations, actions, counters
         assert gap["max_abs"] < 1e-4, (part, gap)  # float rounding, not another computation
         assert row["cpu_vs_single"]["max_abs"] == 0.0  # the reference is this backend here
     assert rows["fit"]["first_step_apart"] == {"cpu": None, "vmap2": None}  # no minibatch step strays
+
+
+def test_slot_parity_measures_name_the_leaf_and_the_step_where_two_runs_part():
+    import numpy as np
+
+    a = {"n": np.array([3, 4], np.int32), "w": np.array([1.0, 2.0])}
+    b = {"n": np.array([3, 5], np.int32), "w": np.array([1.0, 2.5])}
+    gap = slot_parity.difference(a, b)
+    assert (gap["max_abs"], gap["max_rel"], gap["worst_leaf"], gap["other_elements_differing"]) == (0.5, 0.25, "['w']", 1)
+    assert slot_parity.difference(a, a)["max_abs"] == 0.0 and slot_parity.difference(a, a)["worst_leaf"] == ""
+
+    # per-step statistics [epochs, minibatches]: a KL near zero at the first step is held to its scale over the steps
+    kl = np.array([[1e-9, 0.01, 0.02, 0.01], [0.01, 0.02, 0.01, 0.02]])
+    loss = np.linspace(1.0, 2.0, 8).reshape(2, 4)
+    same = {"kl": kl, "loss": loss}
+    assert slot_parity.first_step_apart(same, {"kl": kl + 1e-8, "loss": loss}) is None
+    late = loss.copy()
+    late[1, 2] += 0.1  # epoch 1, minibatch 2: step 6 in epoch-major order
+    assert slot_parity.first_step_apart(same, {"kl": kl, "loss": late}) == 6
+    assert slot_parity.first_step_apart({}, {}) is None
 
 
 def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
