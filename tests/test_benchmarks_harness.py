@@ -134,6 +134,7 @@ def test_a_code_tree_goes_first_on_pythonpath_and_the_machines_entries_stay(monk
     assert common.pythonpath_first(Path("/work/tree")) == "/work/tree"
 
 
+@pytest.mark.slow  # trains and evaluates in fresh processes (about 18 s); CI runs it (-m slow)
 def test_cold_start_times_a_run_line_by_line_and_scores_its_policy(tmp_path):
     out = tmp_path / "cold.jsonl"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "cold_start.py"), "--no-probe", "--no-warm",

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # two trees' cold compiles in fresh processes (about 14 s); CI runs it (-m slow)
 def test_two_trees_one_round_give_a_record_each_and_a_summary(tmp_path):
     out = tmp_path / "compile.jsonl"
     proc = subprocess.run(

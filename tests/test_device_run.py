@@ -164,6 +164,7 @@ def _run_sh(tmp_path: Path, *args: str, root: Path = REPO, **env: str) -> tuple[
     return proc, (json.loads(log.read_text()) if log.exists() else {})
 
 
+@pytest.mark.slow  # a benchmark harness's install paths in subprocesses (about 20 s); CI runs it (-m slow)
 def test_pythonpath_is_appended_to_and_rejax_installed_from_the_wheels_apart(tmp_path):
     wheels = _rejax_wheels(tmp_path / "wheels")
     proc, seen = _run_sh(tmp_path, "--quick", "--out", str(tmp_path / "out"), WHEELS=str(wheels))
@@ -218,6 +219,7 @@ def test_a_python_named_python_is_called_by_its_path(tmp_path):
     assert proc.returncode == 1 and "PYTHON=no-such-python: no such program" in proc.stderr
 
 
+@pytest.mark.slow  # a benchmark harness's install paths in subprocesses (about 20 s); CI runs it (-m slow)
 def test_without_wheels_rejax_comes_from_the_index_and_with_offline_not_at_all(tmp_path):
     index = _index(tmp_path / "index", _rejax_wheels(tmp_path / "served"))
     proc, seen = _run_sh(tmp_path, INDEX_URL=index)
@@ -242,6 +244,7 @@ def _tree(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.slow  # a benchmark harness's install paths in subprocesses (about 20 s); CI runs it (-m slow)
 def test_the_python_is_PYTHON_else_the_checkouts_venv_else_python3(tmp_path):
     root = _tree(tmp_path)
     venv_log = tmp_path / "venv.json"

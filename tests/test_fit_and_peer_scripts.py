@@ -22,6 +22,7 @@ def _run(script: str, *args: str) -> subprocess.CompletedProcess:
                           timeout=600, env={**__import__("os").environ, "JAX_PLATFORMS": "cpu"})
 
 
+@pytest.mark.slow  # compiles an update per env count (about 40 s); CI runs it (-m slow)
 def test_memory_fit_doubles_then_halves_to_the_largest_count_under_the_limit(tmp_path):
     out = tmp_path / "fit.jsonl"
     # 16 envs x 8 steps of CartPole's update take well under a MiB of temporaries, 1024 well over 2 MiB
