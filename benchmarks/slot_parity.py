@@ -159,17 +159,15 @@ def main(argv=None) -> int:
         with jax.default_device(cpu):
             on_cpu = jax.jit(fn)(*jax.device_put(jax.device_get(inputs), cpu))
         row["cpu_vs_single"] = difference(single, on_cpu)
+        apart = {"cpu": on_cpu}  # fit's per-step loss statistics (its third output), compared below
         for count in copies:
             out = jax.jit(jax.vmap(fn))(*stacked(inputs, count))
             slot0 = jax.tree.map(lambda x: x[0], out)
             row[f"vmap{count}_slot0_vs_single"] = difference(single, slot0)
             row[f"vmap{count}_slot0_vs_cpu"] = difference(on_cpu, slot0)
-            if name == "fit":
-                row[f"_infos{count}"] = slot0[2]
-        if name == "fit":  # when the epochs' steps part: the per-step loss statistics
-            row["first_step_apart"] = {"cpu": first_step_apart(single[2], on_cpu[2])}
-            for count in copies:
-                row["first_step_apart"][f"vmap{count}"] = first_step_apart(single[2], row.pop(f"_infos{count}"))
+            apart[f"vmap{count}"] = slot0
+        if name == "fit":
+            row["first_step_apart"] = {k: first_step_apart(single[2], out[2]) for k, out in apart.items()}
         text = "  ".join(f"{k} {v['max_abs']:.2e} ({v['max_rel']:.1e} rel at {v['worst_leaf'] or '-'}, "
                          f"{v['other_elements_differing']} int)"
                          for k, v in row.items() if isinstance(v, dict) and "max_abs" in v)
