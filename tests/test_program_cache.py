@@ -149,6 +149,32 @@ def test_a_module_first_imported_while_compiling_is_stored_only_if_the_key_cover
     assert not program_cache.covered([str(tmp_path / "imported_while_tracing.py")])
 
 
+def test_packages_pip_installed_into_a_folder_on_the_path_are_covered_and_nothing_else_there(tmp_path, monkeypatch):
+    # A machine with an accelerator may hold its JAX and packages in folders PYTHONPATH names (pip --target), not in
+    # site-packages: what their dist-info records list is installed; a user's module put beside them is not.
+    folder = tmp_path / "target"
+    (folder / "tpkg").mkdir(parents=True)
+    (folder / "tpkg" / "__init__.py").write_text("")
+    (folder / "tsingle.py").write_text("")
+    (folder / "tstray.py").write_text("")
+    info = folder / "tpkg-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text("tpkg/__init__.py,sha256=x,0\ntsingle.py,sha256=y,0\n"
+                                 "tpkg-1.0.dist-info/RECORD,,\n../../bin/tool,sha256=z,0\n")
+    files = [str(folder / "tpkg" / "__init__.py"), str(folder / "tsingle.py")]
+    assert not program_cache.covered(files[:1]) and not program_cache.covered(files[1:])  # not on the path yet
+    monkeypatch.syspath_prepend(str(folder))
+    assert program_cache.covered(files[:1]) and program_cache.covered(files[1:])
+    assert not program_cache.covered([str(folder / "tstray.py")])
+    before = program_cache.code_fingerprint()["installed"]
+    info.rename(folder / "tpkg-1.1.dist-info")  # an upgrade: the key's code part changes
+    after = program_cache.code_fingerprint()["installed"]
+    assert (str(folder.resolve()), ["tpkg-1.0.dist-info"]) in before
+    assert (str(folder.resolve()), ["tpkg-1.1.dist-info"]) in after
+    monkeypatch.syspath_prepend(str(REPO))  # the checkout (its rlpar.egg-info is no record): not an install folder
+    assert REPO.resolve() not in program_cache._target_folders()
+
+
 def test_least_recently_used_entries_go_beyond_the_size_limit(cache_dir, monkeypatch):
     x = jnp.ones(4)
     snap = _snapshot()
@@ -213,6 +239,9 @@ def test_only_rlpars_agents_on_built_in_env_ids_are_cacheable(tmp_path, monkeypa
         assert two_devices.programs.key("init") != by_id.programs.key("init")  # another device count: another one
         assert prepare(backend="shard_map").programs.key("init") != by_id.programs.key("init")
         assert elsewhere.programs.key("init") == by_id.programs.key("init")  # where it writes: the same program
+        assert prepare(config.replace(seed=7)).programs.key("init") == by_id.programs.key("init")  # an argument
+        searched = [prepare(config.replace(seed=s), search="lr=1e-4..1e-3", population=2) for s in (0, 7)]
+        assert searched[0].programs.key("init") != searched[1].programs.key("init")  # draws made from the seed
         assert prepare(compile_cache="off").programs is None
     finally:
         envs.registry._FACTORIES.pop("CartPole-mine", None)
@@ -241,6 +270,11 @@ def test_a_warm_cli_run_loads_the_saved_programs_and_trains_bit_identically(tmp_
     assert "(from the compilation cache: the saved program)" in second
     assert len(list((tmp_path / "cache" / program_cache.SUBDIR).glob("*.program"))) == 2  # init and chunk
     assert _metrics(tmp_path / "one") == _metrics(tmp_path / "two")  # every logged number, bit for bit
+    # Another seed runs the same program (its seed is an argument): served, and as a fresh compile of it trains
+    seeded = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "seed1", "--seed", "1")
+    assert "(from the compilation cache: the saved program)" in seeded
+    _train(tmp_path, "ppo", *TINY, "--no-compile-cache", "--run-dir", "seed1-fresh", "--seed", "1")
+    assert _metrics(tmp_path / "seed1") == _metrics(tmp_path / "seed1-fresh") != _metrics(tmp_path / "one")
     third = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--gamma", "0.9")  # another config
     assert "compiled in" in third and "from the compilation cache" not in third
     # The layers' switch flipped: another program (it was once served the fast path's), the one a fresh compile gives

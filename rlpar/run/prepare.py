@@ -155,6 +155,10 @@ def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_k
             or not envs.registry.built_in(run_config.env):
         return None
     leaves, treedef = jax.tree.flatten(env_params)
+    if not run_config.search and dataclasses.is_dataclass(config) and hasattr(config, "seed"):
+        # The seed reaches the programs as an argument (the init's and the chunks' keys), so every seed of a setting
+        # runs one program; a search's members are drawn from it in Python, so there it stays in the key.
+        config = dataclasses.replace(config, seed=0)
     return {
         "agent": [agent.name, agent.make.__module__, agent.make.__qualname__],
         "config": [type(config).__module__, type(config).__qualname__, repr(config)],

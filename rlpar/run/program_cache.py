@@ -14,8 +14,10 @@ be sound but costs the tracing and lowering this cache exists to skip, which is 
 saved program is served, and stored, only for a *closed* run (``closed_run``), whose every input is known:
 
 - the process was started by rlpar's own command line (``__main__`` is ``rlpar.train`` or its console script) and
-  every module loaded when the key is taken is rlpar's own or an installed distribution's: no user script, notebook,
-  test module or ``pip install -e`` package of someone else's ran before the programs were built;
+  every module loaded when the key is taken is rlpar's own or an installed distribution's (in site-packages, or in
+  a ``sys.path`` folder that pip installed into with ``--target`` and whose ``*.dist-info`` records list it, as a
+  machine with an accelerator may hold its JAX): no user script, notebook, test module or ``pip install -e`` package
+  of someone else's ran before the programs were built;
 - the agent is one of rlpar's (its ``make`` lives in rlpar's packages) and the env is built by rlpar's registry from
   a built-in id (gymnax, the probes, the Craftax and brax suites): no ``module:attribute`` target, no id added by
   ``envs.register``. That code reads no file but its package's own and no environment variable but those below;
@@ -27,8 +29,8 @@ through JAX's cache, which keys on the HLO and so can never serve a stale progra
 The key (``snapshot``, then ``Snapshot.key`` per program) covers:
 
 - the code: the contents of every file of rlpar's own packages (``rlpar``, ``agents``, ``envs``), and the installed
-  distributions with their versions (the ``*.dist-info`` names in site-packages; the standard library by Python's
-  version). A file edited inside site-packages in place, without reinstalling, is not noticed: use
+  distributions with their versions (the ``*.dist-info`` names in site-packages and in those folders; the standard
+  library by Python's version). A file edited inside site-packages in place, without reinstalling, is not noticed: use
   ``--no-compile-cache`` (or ``pip install`` again) after such an edit;
 - the environment variables that the covered code reads or that steer JAX and XLA: every ``RLPAR_*`` (e.g.
   ``RLPAR_PLAIN_LAYERS``, which chooses the layers traced), ``JAX_*``, ``XLA_*``, ``FLAX_*``, ``TF_*``, ``MUJOCO_*``
@@ -109,6 +111,12 @@ def _own_roots() -> list[Path]:
 
 
 def _installed_roots() -> list[Path]:
+    """``_site_roots``, and the package folders that pip installed into other ``sys.path`` folders
+    (``_target_installs``)."""
+    return _site_roots() + _target_installs()[0]
+
+
+def _site_roots() -> list[Path]:
     """The ``sys.path`` directories that hold installed distributions (site-packages), their console scripts (e.g.
     ``rlpar-train``) and the standard library."""
     roots = [Path(sysconfig.get_paths()[name]).resolve() for name in ("stdlib", "platstdlib", "scripts")]
@@ -117,6 +125,59 @@ def _installed_roots() -> list[Path]:
                                                                                           "dist-packages"):
             roots.append(Path(entry).resolve())
     return roots
+
+
+def _target_folders() -> list[Path]:
+    """The ``sys.path`` folders, other than site-packages and rlpar's checkout, that hold ``*.dist-info`` records:
+    folders pip installed into with ``--target``, as a machine with an accelerator may hold its JAX in a folder that
+    ``PYTHONPATH`` names."""
+    checkout = _own_roots()[0].parent
+    folders = []
+    for entry in sys.path:
+        if not entry or os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages"):
+            continue
+        try:
+            folder = Path(entry).resolve()
+            if folder == checkout or not any(name.endswith(".dist-info") for name in os.listdir(folder)):
+                continue
+        except OSError:
+            continue
+        folders.append(folder)
+    return folders
+
+
+def _target_installs() -> tuple[list[Path], frozenset[str]]:
+    """What the ``*.dist-info/RECORD`` files of ``_target_folders`` list at the top of their folder: the packages
+    (folders) and single-file modules (files, e.g. ``six.py``). Only these count as installed there: any other file in
+    such a folder (a user's module put beside them) does not. Read once per ``sys.path``."""
+    folders = tuple(_target_folders())
+    if _targets_read[0] is None or _targets_read[0][0] != folders:
+        _targets_read[0] = (folders, _read_targets(folders))
+    return _targets_read[0][1]
+
+
+_targets_read: list = [None]  # (folders, what _read_targets found in them)
+
+
+def _read_targets(folders) -> tuple[list[Path], frozenset[str]]:
+    packages, modules = set(), set()
+    for folder in folders:
+        tops = set()
+        for info in folder.glob("*.dist-info"):
+            try:
+                lines = (info / "RECORD").read_text().splitlines()
+            except OSError:
+                continue
+            tops.update(line.split(",", 1)[0].replace("\\", "/").split("/")[0] for line in lines)
+        for top in tops:
+            if not top or top.startswith("..") or top.endswith((".dist-info", ".data")) or top == "__pycache__":
+                continue
+            path = folder / top
+            if path.is_dir():
+                packages.add(path)
+            elif top.endswith((".py", ".so", ".pyd")):
+                modules.add(str(path))
+    return sorted(packages), frozenset(modules)
 
 
 def loaded_modules() -> dict[str, str]:
@@ -144,7 +205,7 @@ def code_fingerprint() -> dict:
     the installed distributions' names and versions (module docstring)."""
     own = [(str(path), _digest(path)) for root in _own_roots() for path in sorted(root.rglob("*.py"))]
     installed = []
-    for root in _installed_roots():
+    for root in _site_roots() + _target_folders():
         try:
             names = os.listdir(root)
         except OSError:
@@ -182,13 +243,15 @@ def _outside(paths, roots: list[Path]) -> list[str]:
     """The ``paths`` under none of ``roots``, sorted; each directory resolved once (thousands of modules share a few
     hundred), and only where the path as written is under none: 180 ms for a run's 2,600 modules otherwise."""
     prefixes = tuple(str(root).rstrip(os.sep) + os.sep for root in roots)
+    modules = _target_installs()[1]
     inside: dict[str, bool] = {}
     for path in paths:
         folder = os.path.dirname(path)
         if folder not in inside:  # as written first (no file system calls), else with links resolved
             plain = (folder + os.sep).startswith(prefixes) and ".." not in folder.split(os.sep)
             inside[folder] = plain or _under(folder, roots)
-    return sorted(path for path in paths if not inside[os.path.dirname(path)])
+    return sorted(path for path in paths
+                  if not inside[os.path.dirname(path)] and str(Path(path).resolve()) not in modules)
 
 
 def _script_roots() -> list[Path]:
@@ -288,8 +351,8 @@ def load(program_key: str | None, devices: list):
     try:
         with open(path, "rb") as file:
             entry = pickle.load(file)
-        if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
-            initialize_lapack()
+        if entry["lapack"] and devices[0].platform == "cpu":  # its LAPACK calls are bound when the library is set up,
+            initialize_lapack()  # which lowering does: do it here (XLA:CPU's alone; it costs 0.8 s on a TPU host)
         compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client,
                                                              execution_devices=list(devices))
         os.utime(path)  # recently used: evicted last
