@@ -4,7 +4,8 @@ whether each side's programs import.
 A group is a list, ``benchmarks/device_requirements/GROUP.txt``: one package a line, ``name==version`` or a bare
 name (any version will do), ``#`` comments. ``machine`` holds the large compiled packages a machine's own index
 tends to have, ``shared`` what rlpar and rejax both import, ``rlpar`` and ``rejax`` each side's own (their gymnax
-versions differ, so rejax's is installed in a folder of its own), ``test`` pytest for ``device_run.sh --shell``.
+versions differ, so rejax's is installed in a folder of its own), ``checkpoint`` orbax and what it imports (a
+run with ``--run-dir`` saves checkpoints), ``test`` pytest for ``device_run.sh --shell``.
 
     python benchmarks/device_packages.py missing shared rlpar     # what this Python lacks; exit 1 if anything
     python benchmarks/device_packages.py wheels .whl rejax        # exit 0 if .whl/ has a wheel for every line
@@ -25,7 +26,7 @@ import sys
 from pathlib import Path
 
 REQUIREMENTS = Path(__file__).resolve().parent / "device_requirements"
-GROUPS = ("machine", "shared", "rlpar", "rejax", "test")
+GROUPS = ("machine", "shared", "rlpar", "checkpoint", "rejax", "test")
 
 # What each side's programs import at start, and the gymnax major version it needs (rejax 0.1 unpacks gymnax 0.0's
 # five-value step; rlpar needs 1.0's six values). rlpar's modules come from the working tree.

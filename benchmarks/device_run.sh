@@ -89,7 +89,9 @@ install() {
     origin="pip's own index" from=() config=()
   fi
   rm -rf "$target" && mkdir -p "$target"
-  if "${config[@]}" "$python" -m pip install -q --no-deps --no-compile --only-binary=:all: \
+  # compiled to bytecode as pip does by default: a process that finds no .pyc compiles every module it imports, and a
+  # machine may not write them (PYTHONDONTWRITEBYTECODE), which put seconds into each command's start
+  if "${config[@]}" "$python" -m pip install -q --no-deps --only-binary=:all: \
       --disable-pip-version-check --target "$target" "${from[@]}" -r "$list" >"$target.log" 2>&1; then
     cp "$list" "$target/.installed"
     say "$group: installed from $origin into $target"
@@ -113,7 +115,7 @@ need() {
 }
 
 machine_path=${PYTHONPATH:-}
-rlpar_groups=(machine shared rlpar)
+rlpar_groups=(machine shared rlpar checkpoint)
 if [[ -n $shell ]]; then rlpar_groups+=(test); fi  # the device tests may be the command
 rlpar_path=$(need "$(append "$machine_path" "$root")" "${rlpar_groups[@]}")
 if ! why=$(packages "$rlpar_path" imports rlpar); then
@@ -134,6 +136,9 @@ elif [[ -x benchmarks/.peers/rejax-venv/bin/python ]]; then
 else
   say "rejax's rows are skipped: $why"
 fi
+
+# rlpar's own modules to bytecode as well (git ignores __pycache__), for the same reason
+"$python" -m compileall -q -j 0 rlpar agents envs examples benchmarks >/dev/null 2>&1 || true
 
 if ((shelled)); then  # `python` in CMD is the chosen Python (by its full path), whatever PATH holds
   bin=$sites/bin
