@@ -12,6 +12,7 @@ NUM_TEST_DEVICES = 4
 WORKER_MEMORY = 4 * 2**30  # a worker's peak (about 1.9 GB resident) and the CLI runs it starts, with room
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: without xdist (the device tests' run) it is not known
 def pytest_xdist_auto_num_workers(config) -> int:
     """``-n auto``: one worker per core this process may run on, and no more than the available memory holds. The
     suite is compile-bound, and one process alone kept 1.44 of 2 cores busy (tracing is Python's one thread; XLA's

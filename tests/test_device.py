@@ -92,7 +92,9 @@ def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_
     # in, their first updates agree up to float rounding (1e-7 on a CPU). A difference of the order of the update
     # itself would mean the vmapped and the plain program compute differently on this backend. Breakout-MinAtar's
     # accelerator preset, smaller, its minibatches gathered in blocks of 8 rows as the preset's 512 envs are off
-    # the CPU (rlpar.core.platform.shuffle_block), forced here on every backend.
+    # the CPU (rlpar.core.platform.shuffle_block), forced here on every backend. Matmuls at float32's precision: at
+    # a TPU's default, float32 matmuls run as bf16 passes whose rounding differs between the vmapped and the plain
+    # layouts (benchmarks/slot_parity.py: 6e-4 apart after one update there, within 6e-8 at "highest").
     import envs
     from agents import shuffle
     from rlpar.core import platform, seeds
@@ -110,7 +112,7 @@ def test_slot_zero_of_a_two_seed_program_updates_as_the_single_program_with_its_
     blocks = []  # the block each traced update takes
     block_size = shuffle.block_size
     monkeypatch.setattr(shuffle, "block_size", lambda *args: blocks.append(block_size(*args)) or blocks[-1])
-    with platform.forcing(shuffle_block=8):  # traced inside: every jit call below
+    with platform.forcing(shuffle_block=8), jax.default_matmul_precision("highest"):  # traced inside: every jit
         start = jax.jit(single.init)(jax.random.fold_in(key_params, 0), jax.random.fold_in(key_device, 0))
         start_two = jax.jit(two.init)(key_params, key_device)
         one_after, _ = jax.jit(single.update)(start)
