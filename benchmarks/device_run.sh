@@ -72,12 +72,14 @@ if [[ -z $index && -d /opt/pypi/simple ]]; then index=file:///opt/pypi/simple; f
 append() { local path=$1 dir; shift; for dir; do path=${path:+$path:}$dir; done; echo "$path"; }
 packages() { PYTHONPATH=$1 "$python" benchmarks/device_packages.py "${@:2}"; }  # PATH COMMAND ARGS...
 
-# install GROUP: benchmarks/device_requirements/GROUP.txt into $sites/GROUP, once per list (a stamp holds the list
-# it installed); from the wheels if they cover the group, else the index.
+# install GROUP: benchmarks/device_requirements/GROUP.txt into $sites/GROUP, once per list and way of installing (a
+# stamp holds both: a folder installed without bytecode before is installed again); from the wheels if they cover
+# the group, else the index.
+stamp() { cat "$1"; echo "# installed with bytecode"; }
 install() {
   local group=$1 list=benchmarks/device_requirements/$1.txt target=$sites/$1 origin
   local from=(--isolated --no-index --find-links "$wheels") config=(env PIP_CONFIG_FILE=/dev/null)
-  if [[ -f $target/.installed ]] && cmp -s "$list" "$target/.installed"; then return 0; fi
+  if [[ -f $target/.installed ]] && cmp -s <(stamp "$list") "$target/.installed"; then return 0; fi
   if packages "" wheels "$wheels" "$group" >/dev/null; then
     origin="the wheels in $wheels"
   elif ((offline)); then
@@ -93,7 +95,7 @@ install() {
   # machine may not write them (PYTHONDONTWRITEBYTECODE), which put seconds into each command's start
   if "${config[@]}" "$python" -m pip install -q --no-deps --only-binary=:all: \
       --disable-pip-version-check --target "$target" "${from[@]}" -r "$list" >"$target.log" 2>&1; then
-    cp "$list" "$target/.installed"
+    stamp "$list" >"$target/.installed"
     say "$group: installed from $origin into $target"
   else
     say "$group: could not install from $origin ($(grep -m1 ERROR "$target.log" || tail -1 "$target.log"))"

@@ -177,10 +177,15 @@ def test_pythonpath_is_appended_to_and_rejax_installed_from_the_wheels_apart(tmp
     assert seen["REJAX_PYTHON"] == seen["python"] and seen["args"] == ["--quick", "--out", str(tmp_path / "out")]
     assert f"rejax: installed from the wheels in {wheels}" in proc.stderr
     assert (Path(rejax_site) / "gymnax-0.0.9.dist-info").is_dir()
+    assert list((Path(rejax_site) / "rejax").glob("__pycache__/*.pyc"))  # with bytecode, as pip installs by default
     assert abs(int(seen["DEVICE_RUN_STARTED"]) - time.time()) < 300  # the budget counts from the script's start
 
     proc, _ = _run_sh(tmp_path, WHEELS=str(wheels))  # installed once: the second run finds it in place
     assert proc.returncode == 0 and "installed from" not in proc.stderr, proc.stderr[-3000:]
+    # A folder stamped with its list alone was installed before bytecode: installed again
+    (Path(rejax_site) / ".installed").write_text((packages.REQUIREMENTS / "rejax.txt").read_text())
+    proc, _ = _run_sh(tmp_path, WHEELS=str(wheels))
+    assert proc.returncode == 0 and "rejax: installed from the wheels" in proc.stderr, proc.stderr[-3000:]
 
 
 def test_shell_runs_a_command_of_its_own_after_the_same_installs(tmp_path):

@@ -159,6 +159,7 @@ def test_packages_pip_installed_into_a_folder_on_the_path_are_covered_and_nothin
     (folder / "tstray.py").write_text("")
     info = folder / "tpkg-1.0.dist-info"
     info.mkdir()
+    (info / "INSTALLER").write_text("pip\n")
     (info / "RECORD").write_text("tpkg/__init__.py,sha256=x,0\ntsingle.py,sha256=y,0\n"
                                  "tpkg-1.0.dist-info/RECORD,,\n../../bin/tool,sha256=z,0\n")
     files = [str(folder / "tpkg" / "__init__.py"), str(folder / "tsingle.py")]
@@ -171,8 +172,15 @@ def test_packages_pip_installed_into_a_folder_on_the_path_are_covered_and_nothin
     after = program_cache.code_fingerprint()["installed"]
     assert (str(folder.resolve()), ["tpkg-1.0.dist-info"]) in before
     assert (str(folder.resolve()), ["tpkg-1.1.dist-info"]) in after
-    monkeypatch.syspath_prepend(str(REPO))  # the checkout (its rlpar.egg-info is no record): not an install folder
-    assert REPO.resolve() not in program_cache._target_folders()
+    # rlpar's own checkout on the path is never an install folder, even holding a dist-info
+    checkout = tmp_path / "checkout"
+    (checkout / "rlpar").mkdir(parents=True)
+    (checkout / "stray-1.0.dist-info").mkdir()
+    (checkout / "stray-1.0.dist-info" / "INSTALLER").write_text("pip\n")
+    monkeypatch.setattr(program_cache, "_own_roots", lambda: [checkout / "rlpar"])
+    monkeypatch.syspath_prepend(str(checkout))
+    assert folder.resolve() in program_cache._target_folders()
+    assert checkout.resolve() not in program_cache._target_folders()
 
 
 def test_least_recently_used_entries_go_beyond_the_size_limit(cache_dir, monkeypatch):

@@ -130,7 +130,8 @@ def _site_roots() -> list[Path]:
 def _target_folders() -> list[Path]:
     """The ``sys.path`` folders, other than site-packages and rlpar's checkout, that hold ``*.dist-info`` records:
     folders pip installed into with ``--target``, as a machine with an accelerator may hold its JAX in a folder that
-    ``PYTHONPATH`` names."""
+    ``PYTHONPATH`` names. (A record's ``INSTALLER`` file is not asked for, since a folder copied rather than installed may lack it: a folder
+    of a user's own that holds an unpacked dist-info is trusted for the files its record lists, as site-packages is.)"""
     checkout = _own_roots()[0].parent
     folders = []
     for entry in sys.path:
@@ -149,7 +150,8 @@ def _target_folders() -> list[Path]:
 def _target_installs() -> tuple[list[Path], frozenset[str]]:
     """What the ``*.dist-info/RECORD`` files of ``_target_folders`` list at the top of their folder: the packages
     (folders) and single-file modules (files, e.g. ``six.py``). Only these count as installed there: any other file in
-    such a folder (a user's module put beside them) does not. Read once per ``sys.path``."""
+    such a folder (a user's module put beside them) does not. A namespace package's folder (``google/``) counts whole
+    where one record lists it, as in site-packages. Read once per ``sys.path``."""
     folders = tuple(_target_folders())
     if _targets_read[0] is None or _targets_read[0][0] != folders:
         _targets_read[0] = (folders, _read_targets(folders))
