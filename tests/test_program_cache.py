@@ -278,6 +278,12 @@ def test_a_warm_cli_run_loads_the_saved_programs_and_trains_bit_identically(tmp_
     assert "(from the compilation cache: the saved program)" in second
     assert len(list((tmp_path / "cache" / program_cache.SUBDIR).glob("*.program"))) == 2  # init and chunk
     assert _metrics(tmp_path / "one") == _metrics(tmp_path / "two")  # every logged number, bit for bit
+
+
+@pytest.mark.slow  # six CLI runs (about 50 s alone, more on a loaded host); CI runs it (-m slow)
+def test_another_seed_loads_the_saved_program_and_another_config_or_layer_switch_does_not(tmp_path):
+    first = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "one")
+    assert "compiled in" in first and "saved program" not in first
     # Another seed runs the same program (its seed is an argument): served, and as a fresh compile of it trains
     seeded = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "seed1", "--seed", "1")
     assert "(from the compilation cache: the saved program)" in seeded
