@@ -52,10 +52,8 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     # lowered beside the chunk's tracing instead, the two threads took turns with the GIL (docs/benchmarks.md,
     # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: Python's
     # import locks raised _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set
-    # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread
-    # (XLA:CPU's alone: a TPU's QR is no LAPACK call, and the set-up cost 0.8 s of a warm start there).
-    if prepared.devices[0].platform == "cpu":
-        program_cache.initialize_lapack()
+    # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread.
+    program_cache.initialize_lapack(prepared.devices[0].platform)
     init = _Init(prepared, config, run_config)
     with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
         pending = []

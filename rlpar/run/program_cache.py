@@ -353,8 +353,8 @@ def load(program_key: str | None, devices: list):
     try:
         with open(path, "rb") as file:
             entry = pickle.load(file)
-        if entry["lapack"] and devices[0].platform == "cpu":  # its LAPACK calls are bound when the library is set up,
-            initialize_lapack()  # which lowering does: do it here (XLA:CPU's alone; it costs 0.8 s on a TPU host)
+        if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
+            initialize_lapack(devices[0].platform)
         compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client,
                                                              execution_devices=list(devices))
         os.utime(path)  # recently used: evicted last
@@ -363,9 +363,12 @@ def load(program_key: str | None, devices: list):
     return compiled
 
 
-def initialize_lapack() -> None:
+def initialize_lapack(platform: str) -> None:
     """Set up the CPU LAPACK kernels a program's custom calls name (as ``jax.export`` does before running a
-    deserialized program): without it such a program crashes the process."""
+    deserialized program): without it such a program crashes the process. Only for ``platform`` ``"cpu"``: another
+    backend's programs call no LAPACK, and the set-up (SciPy's linalg import) cost 0.8 s of a warm start on a TPU."""
+    if platform != "cpu":
+        return
     from jax._src.lax import linalg
 
     linalg.initialize_lapack()
