@@ -14,7 +14,7 @@ Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``-
 
 ``--kernels``: the update's XLA:CPU kernels summed by kind (``thunks.py``: a ``jax.profiler`` trace), to see what a
 time is made of (how many copies, sorts, loops). ``--peer rejax``: the same split and kernels of rejax's PPO on the
-same config, measured in rejax's environment right after (``peers.py rejax --profile``).
+same config, measured in rejax's environment right after, on the same backend (``peers.py rejax --profile``).
 
 Throughput in FLOP/s: XLA's cost analysis (``compiled.cost_analysis()["flops"]``) of one minibatch gradient
 (``PPO.grad``, a loop-free program) and of one acting step (``PPO.act`` on this device's envs) gives the update's
@@ -44,6 +44,8 @@ def main(argv=None) -> int:
     parser.add_argument("--updates", type=int, default=10, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--kernels", action="store_true", help="also the update's kernels by kind (a profiler trace)")
+    parser.add_argument("--dump", default="", help="with --kernels: a folder for the update's compiled program "
+                        "(update.hlo.txt) and its kernels by name (update_kernels.json)")
     parser.add_argument("--peer", choices=["rejax"], default=None, help="also rejax's PPO on the same config")
     common.add_force_argument(parser)
     args = parser.parse_args(argv)
@@ -146,6 +148,16 @@ def main(argv=None) -> int:
         progress.start("tracing the update's kernels")
         kinds = thunks.by_kind(update, (state,))
         kinds = {kind: (ms / k, count / k) for kind, (ms, count) in kinds.items()}
+        if args.dump:
+            import json
+            import os
+
+            os.makedirs(args.dump, exist_ok=True)
+            with open(os.path.join(args.dump, "update.hlo.txt"), "w") as f:
+                f.write(update.lower(state).compile().as_text())
+            named = thunks.by_kind(update, (state,), kinds=False)
+            with open(os.path.join(args.dump, "update_kernels.json"), "w") as f:
+                json.dump({"updates_per_call": k, "kernels": named}, f, indent=0)
     peer = None
     if args.peer:
         import peers
@@ -156,7 +168,8 @@ def main(argv=None) -> int:
                                           "--update-epochs", str(config.update_epochs),
                                           "--num-minibatches", str(config.num_minibatches),
                                           "--hidden-sizes", ",".join(map(str, config.hidden_sizes)),
-                                          "--activation", config.activation])
+                                          "--activation", config.activation],
+                               platforms=jax.devices()[0].platform)  # the backend rlpar was measured on
     print(common.host_line(), flush=True)
     if forced:
         print(f"forced: {forced}")

@@ -1,5 +1,5 @@
-"""Timing compiled programs: the median of repeated calls, and where an XLA:CPU program's time goes kernel by kernel
-(a ``jax.profiler`` trace, summed by kind).
+"""Timing compiled programs: the median of repeated calls, and where a program's time goes kernel by kernel (a
+``jax.profiler`` trace, summed by kind): XLA:CPU's thunks, or an accelerator's ops.
 
 XLA:CPU runs a program as a sequence of thunks (a fused kernel, a copy, a sort, a loop); its profiler events name
 each (``copy.51``, ``ynn_fusion.8``). ``by_kind`` sums their durations and counts by name with the numeric suffix
@@ -32,10 +32,10 @@ def median_seconds(fn, *args, repeats: int) -> float:
     return statistics.median(times)
 
 
-def by_kind(fn, args: tuple, calls: int = 3) -> dict[str, tuple[float, float]]:
+def by_kind(fn, args: tuple, calls: int = 3, kinds: bool = True) -> dict[str, tuple[float, float]]:
     """``{kind: (milliseconds per call, kernels per call)}`` over ``calls`` traced calls of ``fn(*args)`` (compiled and
     run once first), kinds sorted by time. Loops (``while``) and the executor's own events are left out: their time is
-    their kernels'."""
+    their kernels'. ``kinds=False``: by each kernel's own name (``fusion.12``), to find it in the program's text."""
     import jax
     from jax.profiler import ProfileData
 
@@ -48,18 +48,27 @@ def by_kind(fn, args: tuple, calls: int = 3) -> dict[str, tuple[float, float]]:
         path = sorted(glob.glob(f"{trace_dir}/**/*.xplane.pb", recursive=True))[-1]
         data = ProfileData.from_file(path)
         time_ns, count = collections.Counter(), collections.Counter()
-        for plane in data.planes:
-            for line in plane.lines:
-                if not line.name.startswith("tf_XLAEigen"):  # the threads that run the kernels
-                    continue
-                for event in line.events:
-                    name = event.name
-                    if name.startswith(("while", "Thunk", "end:")):
-                        continue
-                    kind = re.sub(r"[._]\d+(\.clone)*$", "", name)
-                    time_ns[kind] += event.duration_ns
-                    count[kind] += 1
+        for name, duration_ns in kernel_events(data):
+            kind = re.sub(r"[._]\d+(\.clone)*$", "", name) if kinds else name
+            time_ns[kind] += duration_ns
+            count[kind] += 1
     return {kind: (ns / 1e6 / calls, count[kind] / calls) for kind, ns in time_ns.most_common()}
+
+
+def kernel_events(data):
+    """``(name, duration_ns)`` of every kernel a ``jax.profiler.ProfileData`` trace holds: XLA:CPU's thunks (the
+    ``tf_XLAEigen`` threads' events) and an accelerator's ops (the ``XLA Ops`` line of each ``/device:`` plane, as
+    a TPU's trace names them, whose events carry the whole HLO instruction: only its name is kept, ``fusion.12``).
+    Loops (``while``), conditionals and the executor's own events are left out: their time is their kernels'."""
+    for plane in data.planes:
+        device = plane.name.startswith("/device:")
+        for line in plane.lines:
+            if not (line.name.startswith("tf_XLAEigen") or (device and line.name == "XLA Ops")):
+                continue
+            for event in line.events:
+                name = event.name.split(" = ", 1)[0].strip().lstrip("%")  # a TPU's events are the HLO instruction
+                if not name.startswith(("while", "Thunk", "end:", "conditional")):
+                    yield name, event.duration_ns
 
 
 def table(kinds: dict[str, tuple[float, float]], top: int = 12) -> list[str]:
