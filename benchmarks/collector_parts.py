@@ -7,8 +7,8 @@ difference. Every variant below is timed in one process, the variants taking tur
 - ``engine``: the collector as training builds it (PPO's ``act`` and ``bootstrap``, ``envs.make``'s wrappers);
 - ``engine, keys up front`` / ``engine, keys per step``: each key schedule forced (the platform picks one by size,
   ``rlpar.core.rollout.keys_up_front``): every step's keys split before the scan, or each step splitting its own;
-- ``engine, unroll 1`` / ``2`` / ``4``: the collect's scan one, two or four steps per iteration (the platform
-  picks one, ``rlpar.core.rollout.scan_unroll``);
+- ``engine, unroll 1`` / ``2`` / ``4`` / ``8``: the collect's scan one, two, four or eight steps per iteration (the
+  platform picks one, ``rlpar.core.rollout.scan_unroll``);
 - ``engine, no final``: no ``bootstrap`` (no final observation held, no truncation bootstrap after the scan);
 - ``engine, no spill branch``: the ``lax.cond`` that bootstraps an environment truncated twice in one collect
   replaced by its idle branch (what the branch costs when it is never taken; not a correct collector);
@@ -116,6 +116,7 @@ def variants() -> dict:
         "engine, unroll 1": (rollout_sps.make_engine, lambda: _unrolled(1)),
         "engine, unroll 2": (rollout_sps.make_engine, lambda: _unrolled(2)),
         "engine, unroll 4": (rollout_sps.make_engine, lambda: _unrolled(4)),
+        "engine, unroll 8": (rollout_sps.make_engine, lambda: _unrolled(8)),
         "engine, no final": (make_engine_without_final, contextlib.nullcontext),
         "engine, no spill branch": (rollout_sps.make_engine, _no_spill_branch),
         "bare": (rollout_sps.make_bare, contextlib.nullcontext),
@@ -138,7 +139,8 @@ def measure(args, num_envs: int, devices) -> list[dict]:
                                                  calls, args.min_repeat_s)
     times = rollout_sps.time_interleaved(programs, args.repeats)
     base = {"benchmark": "collector_parts", **platform_fields(devices), "env": args.env, "num_envs": num_envs,
-            "num_steps": args.num_steps, "hidden_sizes": list(args.hidden_sizes), "collects_per_call": calls,
+            "num_steps": args.num_steps, "hidden_sizes": list(args.hidden_sizes), **rollout_sps.NETWORK,
+            "collects_per_call": calls,
             "keys_up_front_by_platform": rollout.keys_up_front(args.num_steps * (1 + num_envs)),
             "command": command_line()}
     records = []
@@ -157,6 +159,8 @@ def main(argv=None) -> int:
     parser.add_argument("--num-envs", default="1024,32768", help="comma list")
     parser.add_argument("--num-steps", type=int, default=128)
     parser.add_argument("--hidden-sizes", default="64,64")
+    parser.add_argument("--torso", default="auto", help="PPOConfig.torso (mlp: images flattened)")
+    parser.add_argument("--activation", default="tanh")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--min-repeat-s", type=float, default=0.2)
     parser.add_argument("--min-steps-per-call", type=int, default=16384)
@@ -165,6 +169,7 @@ def main(argv=None) -> int:
     common.add_out_argument(parser, "collector_parts")
     args = parser.parse_args(argv)
     args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
+    rollout_sps.NETWORK.update(torso=args.torso, activation=args.activation)
     args.only = [s.strip() for s in args.only.split(";") if s.strip()]
     unknown = sorted(set(args.only) - set(variants()))
     if unknown:

@@ -57,14 +57,18 @@ class BareTraj(NamedTuple):
     truncated: Any
 
 
+NETWORK: dict = {}  # PPOConfig fields the scripts may set for both programs' network (torso, activation)
+
+
 def ppo_config(num_envs: int, num_steps: int, hidden_sizes):
-    """The ``PPOConfig`` both programs take their network from (its activation is PPO's default).
+    """The ``PPOConfig`` both programs take their network from (PPO's default activation and torso unless
+    ``NETWORK`` names others).
 
     ``total_timesteps`` is at least one rollout so that the (unused) optimizer's schedule is well defined."""
     from agents.ppo import PPOConfig
 
     return PPOConfig(num_envs=num_envs, num_steps=num_steps, hidden_sizes=tuple(hidden_sizes),
-                     total_timesteps=max(PPOConfig().total_timesteps, num_envs * num_steps))
+                     total_timesteps=max(PPOConfig().total_timesteps, num_envs * num_steps), **NETWORK)
 
 
 def make_policy(env, env_params, hidden_sizes):
@@ -76,7 +80,7 @@ def make_policy(env, env_params, hidden_sizes):
 
     config = ppo_config(1, 1, hidden_sizes)
     network = make_network(env.observation_space(env_params), env.action_space(env_params), config.hidden_sizes,
-                           config.activation)
+                           config.activation, config.torso)
 
     def policy_fn(params, obs, key):
         pi, value = network.apply(params, obs, method=ActorCritic.distribution)
