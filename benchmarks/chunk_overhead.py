@@ -1,11 +1,18 @@
 """What the runner's compiled chunk program costs beyond the bare update: per-update time of each, same process.
 
 - ``bare``: ``program.update`` under ``jax.jit`` + ``lax.scan`` (what ``profile_update.py`` times as ``update``);
+- ``bare, metrics kept``: the same returning every update's metrics (which ``bare`` lets XLA drop);
 - ``chunk``: ``program.make_chunk`` under ``jax.jit`` (``fori_loop`` over a traced update count, the finiteness flag
   of ``rlpar.run.guard``, the evaluation branch not taken);
-- ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called as the runner does.
+- ``chunk, no guard``: the same without the finiteness flag;
+- ``chunk under jax.pmap``: the chunk program built with the device axis named (its collectives over one device),
+  under a plain ``jax.pmap`` on device 0's state;
+- ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called on one state;
+- ``runner, donated``: the same compiled with the state donated and each call fed the last one's state, as the
+  runner calls it.
 
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
+    python benchmarks/chunk_overhead.py --env Breakout-MinAtar --num-envs 1 --num-steps 128 --collector-unroll 2 --updates 10
 
 One JSON line per program (``ms_per_update``, ``sps``); the same as a table on stderr.
 """
@@ -24,8 +31,17 @@ def main(argv=None) -> int:
     parser.add_argument("--env", default="Breakout-MinAtar")
     parser.add_argument("--updates", type=int, default=4, help="updates per compiled call")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--num-envs", type=int, default=0, help="0: the preset's")
+    parser.add_argument("--num-steps", type=int, default=0, help="0: the preset's")
+    parser.add_argument("--collector-unroll", type=int, default=-1, help="-1: the preset's; 0: the backend's choice")
+    common.add_force_argument(parser)
     common.add_out_argument(parser, "chunk_overhead")
     args = parser.parse_args(argv)
+    try:
+        forced = common.parse_forcing(args.force)
+    except ValueError as err:
+        parser.exit(2, f"error: {err}\n")
+    common.apply_forcing(forced)  # before anything is traced
 
     import jax
     import numpy as np
@@ -36,6 +52,11 @@ def main(argv=None) -> int:
     from rlpar.tools import registry
 
     k, config = args.updates, PPOConfig.for_env(args.env)
+    changes = {"num_envs": args.num_envs, "num_steps": args.num_steps}
+    config = config.replace(**{name: value for name, value in changes.items() if value > 0})
+    if args.collector_unroll >= 0:
+        config = config.replace(collector_unroll=args.collector_unroll)
+    config = config.replace(total_timesteps=max(config.total_timesteps, config.batch_size * k))
     run_config = runner.RunConfig(env=args.env, compile_cache="off", log_every=k, devices=1)
     prepared = runner._prepare(registry.get("ppo"), config, run_config, None, None)
     state = runner._initial_state(prepared, config, run_config, None)
@@ -56,16 +77,31 @@ def main(argv=None) -> int:
     bare = jax.jit(lambda s: jax.lax.scan(lambda c, _: (per_device.update(c)[0], None), s, None, length=k)[0])
     flagged = per_device._replace(update=guard.with_finite_flag(per_device.update, None))
     chunk = jax.jit(program.make_chunk(flagged, k))
+    unflagged = jax.jit(program.make_chunk(per_device, k))
+    kept = jax.jit(lambda s: jax.lax.scan(lambda c, _: per_device.update(c), s, None, length=k))
 
     def make_step(axis_name):
         built = prepared.make_program(axis_name)
         return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), k)
 
     shared = parallel.replicate(control, prepared.devices)
+    pmapped = jax.pmap(make_step(parallel.AXIS_NAME), axis_name=parallel.AXIS_NAME, devices=prepared.devices[:1])
+    one_row = jax.tree.map(lambda x: np.asarray(x)[None], (one, control))
     compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
+    donated = parallel.compile_step(make_step, prepared.devices, state, shared=shared)
+    latest = [jax.tree.map(lambda x: x.copy(), state)]
+
+    def run_donated():  # as the runner calls it: each call donates the state the last one returned
+        latest[0], metrics = donated(latest[0], shared)
+        return metrics
+
     common.say(common.host_line())
-    programs = [("bare jit + scan(update)", bare, (one,)), ("jit chunk program", chunk, (one, control)),
-                ("the runner's compiled chunk (pmap, 1 device)", lambda s: compiled(s, shared), (state,))]
+    programs = [("bare jit + scan(update)", bare, (one,)), ("the same, metrics kept", kept, (one,)),
+                ("jit chunk program", chunk, (one, control)),
+                ("jit chunk program, no guard", unflagged, (one, control)),
+                ("chunk program under jax.pmap, axis named", pmapped, one_row),
+                ("the runner's compiled chunk (pmap, 1 device)", lambda s: compiled(s, shared), (state,)),
+                ("the same, state donated", run_donated, ())]
     progress = common.Rows(len(programs))
     rows = []
     for name, fn, fn_args in programs:
@@ -73,7 +109,8 @@ def main(argv=None) -> int:
         rows.append((name, seconds_per_update(fn, *fn_args)))
     for name, seconds in rows:
         common.emit(common.record("chunk_overhead", program=name, env=args.env, updates_per_call=k,
-                                  repeats=args.repeats, ms_per_update=round(seconds * 1000, 3),
+                                  num_envs=config.num_envs, num_steps=config.num_steps,
+                                  collector_unroll=config.collector_unroll, forced=forced, repeats=args.repeats, ms_per_update=round(seconds * 1000, 3),
                                   sps=config.batch_size / seconds), args.out)
     for name, seconds in rows:
         common.say(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
