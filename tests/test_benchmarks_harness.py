@@ -199,3 +199,41 @@ def test_bf16_operands_rounds_dense_operands_as_a_tpu_default_matmul(monkeypatch
     rounded = dense.apply(params, x)
     np.testing.assert_allclose(rounded, by_hand, rtol=1e-6, atol=1e-6)
     assert float(jnp.abs(rounded - exact).max()) > 1e-5
+
+
+def _thunks():
+    spec = importlib.util.spec_from_file_location("benchmarks_harness_thunks", BENCHMARKS / "thunks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernel_events_reads_the_cpus_threads_and_an_accelerators_ops_by_name():
+    from types import SimpleNamespace as NS
+
+    event = lambda name, ns: NS(name=name, duration_ns=ns)  # noqa: E731
+    data = NS(planes=[
+        NS(name="/host:CPU", lines=[NS(name="tf_XLAEigen/1", events=[event("copy.51", 7), event("while.3", 99)]),
+                                    NS(name="python", events=[event("PjitFunction(f)", 1000)])]),
+        NS(name="/device:TPU:0", lines=[
+            NS(name="XLA Ops", events=[event("%fusion.12 = f32[8]{0} fusion(f32[8]{0} %p), kind=kLoop", 3),
+                                       event("%while.118 = (s32[]) while(...)", 500),
+                                       event("%conditional.4 = (f32[]) conditional(...)", 40)]),
+            NS(name="XLA Modules", events=[event("jit_update(123)", 600)])]),
+    ])
+    assert list(_thunks().kernel_events(data)) == [("copy.51", 7), ("fusion.12", 3)]
+
+
+def test_collector_parts_times_the_engine_beside_the_bare_loop_with_the_network_asked_for(tmp_path):
+    out = tmp_path / "parts.jsonl"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "collector_parts.py"), "--env", "Breakout-MinAtar",
+                           "--num-envs", "1", "--num-steps", "8", "--hidden-sizes", "16", "--torso", "mlp",
+                           "--activation", "relu", "--repeats", "1", "--min-repeat-s", "0", "--calls", "1",
+                           "--only", "engine, unroll 8", "--out", str(out)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = {r["program"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"engine, unroll 8", "bare"}
+    assert all(r["torso"] == "mlp" and r["activation"] == "relu" and r["hidden_sizes"] == [16] and r["sps_median"] > 0
+               for r in records.values())
+    assert records["bare"]["vs_bare"] == 0.0
