@@ -12,8 +12,9 @@ Times, on one device under ``jax.jit`` (compile excluded, median of repeats, ``-
   less the shuffles');
 - ``rest`` = update less all of the above (batch flattening, loss and episode statistics, advantage moments).
 
-``--kernels``: the update's XLA:CPU kernels summed by kind (``thunks.py``: a ``jax.profiler`` trace), to see what a
-time is made of (how many copies, sorts, loops). ``--peer rejax``: the same split and kernels of rejax's PPO on the
+``--kernels``: the update's kernels summed by kind (``thunks.py``: a ``jax.profiler`` trace; XLA:CPU's thunks or an
+accelerator's ops), to see what a time is made of (how many copies, sorts, loops); with ``--dump DIR`` also the
+compiled update's text, a trace of one call and its accelerator ops per update (``trace_ops.py``). ``--peer rejax``: the same split and kernels of rejax's PPO on the
 same config, measured in rejax's environment right after, on the same backend (``peers.py rejax --profile``).
 
 Throughput in FLOP/s: XLA's cost analysis (``compiled.cost_analysis()["flops"]``) of one minibatch gradient
@@ -33,6 +34,7 @@ on a CPU, 8192^3 on an accelerator: the practical peaks).
 from __future__ import annotations
 
 import argparse
+import os
 
 import common
 from thunks import median_seconds
@@ -45,10 +47,13 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--kernels", action="store_true", help="also the update's kernels by kind (a profiler trace)")
     parser.add_argument("--dump", default="", help="with --kernels: a folder for the update's compiled program "
-                        "(update.hlo.txt) and its kernels by name (update_kernels.json)")
+                        "(update.hlo.txt), a trace of one call (trace/) and its accelerator ops per update by name "
+                        "(update_ops.json, trace_ops.py's summary)")
     parser.add_argument("--peer", choices=["rejax"], default=None, help="also rejax's PPO on the same config")
     common.add_force_argument(parser)
     args = parser.parse_args(argv)
+    if args.dump and not args.kernels:
+        parser.error("--dump writes the kernels' trace: give --kernels with it")
     try:
         forced = common.parse_forcing(args.force)
     except ValueError as err:
@@ -150,14 +155,19 @@ def main(argv=None) -> int:
         kinds = {kind: (ms / k, count / k) for kind, (ms, count) in kinds.items()}
         if args.dump:
             import json
-            import os
+
+            import trace_ops
 
             os.makedirs(args.dump, exist_ok=True)
             with open(os.path.join(args.dump, "update.hlo.txt"), "w") as f:
                 f.write(update.lower(state).compile().as_text())
-            named = thunks.by_kind(update, (state,), kinds=False)
-            with open(os.path.join(args.dump, "update_kernels.json"), "w") as f:
-                json.dump({"updates_per_call": k, "kernels": named}, f, indent=0)
+            trace_dir = os.path.join(args.dump, "trace")  # trace_ops.py reads it (on an accelerator)
+            jax.profiler.start_trace(trace_dir)
+            jax.block_until_ready(update(state))
+            jax.profiler.stop_trace()
+            ops = trace_ops.ops_per_update(trace_dir, k)
+            with open(os.path.join(args.dump, "update_ops.json"), "w") as f:
+                json.dump({"updates": k, "ops": ops, **trace_ops.summary(ops)}, f)
     peer = None
     if args.peer:
         import peers
@@ -169,7 +179,8 @@ def main(argv=None) -> int:
                                           "--num-minibatches", str(config.num_minibatches),
                                           "--hidden-sizes", ",".join(map(str, config.hidden_sizes)),
                                           "--activation", config.activation],
-                               platforms=jax.devices()[0].platform)  # the backend rlpar was measured on
+                               # the backend rlpar was measured on, unless $REJAX_JAX_PLATFORMS names one
+                               platforms=os.environ.get("REJAX_JAX_PLATFORMS") or jax.devices()[0].platform)
     print(common.host_line(), flush=True)
     if forced:
         print(f"forced: {forced}")

@@ -32,10 +32,10 @@ def median_seconds(fn, *args, repeats: int) -> float:
     return statistics.median(times)
 
 
-def by_kind(fn, args: tuple, calls: int = 3, kinds: bool = True) -> dict[str, tuple[float, float]]:
+def by_kind(fn, args: tuple, calls: int = 3) -> dict[str, tuple[float, float]]:
     """``{kind: (milliseconds per call, kernels per call)}`` over ``calls`` traced calls of ``fn(*args)`` (compiled and
     run once first), kinds sorted by time. Loops (``while``) and the executor's own events are left out: their time is
-    their kernels'. ``kinds=False``: by each kernel's own name (``fusion.12``), to find it in the program's text."""
+    their kernels'."""
     import jax
     from jax.profiler import ProfileData
 
@@ -49,7 +49,7 @@ def by_kind(fn, args: tuple, calls: int = 3, kinds: bool = True) -> dict[str, tu
         data = ProfileData.from_file(path)
         time_ns, count = collections.Counter(), collections.Counter()
         for name, duration_ns in kernel_events(data):
-            kind = re.sub(r"[._]\d+(\.clone)*$", "", name) if kinds else name
+            kind = re.sub(r"[._]\d+(\.clone)*$", "", name)
             time_ns[kind] += duration_ns
             count[kind] += 1
     return {kind: (ns / 1e6 / calls, count[kind] / calls) for kind, ns in time_ns.most_common()}
