@@ -6,13 +6,14 @@
   of ``rlpar.run.guard``, the evaluation branch not taken);
 - ``chunk, no guard``: the same without the finiteness flag;
 - ``chunk under jax.pmap``: the chunk program built with the device axis named (its collectives over one device),
-  under a plain ``jax.pmap`` on device 0's state;
+  under a plain ``jax.pmap`` on device 0's state, with the finiteness flag and without;
 - ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called on one state;
 - ``runner, donated``: the same compiled with the state donated and each call fed the last one's state, as the
   runner calls it.
 
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
-    python benchmarks/chunk_overhead.py --env Breakout-MinAtar --num-envs 1 --num-steps 128 --collector-unroll 2 --updates 10
+    python benchmarks/chunk_overhead.py --env Breakout-MinAtar --num-envs 1 --num-steps 128 --collector-unroll 2 \
+        --updates 10
 
 One JSON line per program (``ms_per_update``, ``sps``); the same as a table on stderr.
 """
@@ -62,7 +63,9 @@ def main(argv=None) -> int:
     state = runner._initial_state(prepared, config, run_config, None)
     schedule = runner._Schedule([k], 0, run_config.eval_interval(config.num_updates), config.seed)
     control = runner._control(schedule, k, 0, False)
-    one = jax.tree.map(lambda x: np.asarray(x)[0], parallel.rows_to_host(state))  # device 0's state, unmapped
+    # device 0's state, unmapped, on device 0 (a host array would be copied to the device in every timed call)
+    device = prepared.devices[0]
+    one = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[0], parallel.rows_to_host(state)), device)
     per_device = prepared.make_program(None)
 
     def seconds_per_update(fn, *fn_args) -> float:
@@ -80,13 +83,16 @@ def main(argv=None) -> int:
     unflagged = jax.jit(program.make_chunk(per_device, k))
     kept = jax.jit(lambda s: jax.lax.scan(lambda c, _: per_device.update(c), s, None, length=k))
 
-    def make_step(axis_name):
+    def make_step(axis_name, flag=True):
         built = prepared.make_program(axis_name)
-        return program.make_chunk(built._replace(update=guard.with_finite_flag(built.update, axis_name)), k)
+        update = guard.with_finite_flag(built.update, axis_name) if flag else built.update
+        return program.make_chunk(built._replace(update=update), k)
 
     shared = parallel.replicate(control, prepared.devices)
-    pmapped = jax.pmap(make_step(parallel.AXIS_NAME), axis_name=parallel.AXIS_NAME, devices=prepared.devices[:1])
-    one_row = jax.tree.map(lambda x: np.asarray(x)[None], (one, control))
+    axis = parallel.AXIS_NAME
+    pmapped = jax.pmap(make_step(axis), axis_name=axis, devices=[device])
+    pmapped_unflagged = jax.pmap(make_step(axis, flag=False), axis_name=axis, devices=[device])
+    one_row = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[None], (one, control)), device)  # [1, ...]
     compiled = parallel.compile_step(make_step, prepared.devices, state, shared=shared, donate=False)
     donated = parallel.compile_step(make_step, prepared.devices, state, shared=shared)
     latest = [jax.tree.map(lambda x: x.copy(), state)]
@@ -100,6 +106,7 @@ def main(argv=None) -> int:
                 ("jit chunk program", chunk, (one, control)),
                 ("jit chunk program, no guard", unflagged, (one, control)),
                 ("chunk program under jax.pmap, axis named", pmapped, one_row),
+                ("the same, no guard", pmapped_unflagged, one_row),
                 ("the runner's compiled chunk (pmap, 1 device)", lambda s: compiled(s, shared), (state,)),
                 ("the same, state donated", run_donated, ())]
     progress = common.Rows(len(programs))
@@ -110,8 +117,8 @@ def main(argv=None) -> int:
     for name, seconds in rows:
         common.emit(common.record("chunk_overhead", program=name, env=args.env, updates_per_call=k,
                                   num_envs=config.num_envs, num_steps=config.num_steps,
-                                  collector_unroll=config.collector_unroll, forced=forced, repeats=args.repeats, ms_per_update=round(seconds * 1000, 3),
-                                  sps=config.batch_size / seconds), args.out)
+                                  collector_unroll=config.collector_unroll, forced=forced, repeats=args.repeats,
+                                  ms_per_update=round(seconds * 1000, 3), sps=config.batch_size / seconds), args.out)
     for name, seconds in rows:
         common.say(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")
     return 0

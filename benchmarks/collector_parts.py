@@ -169,7 +169,6 @@ def main(argv=None) -> int:
     common.add_out_argument(parser, "collector_parts")
     args = parser.parse_args(argv)
     args.hidden_sizes = tuple(int(h) for h in args.hidden_sizes.split(","))
-    rollout_sps.NETWORK.update(torso=args.torso, activation=args.activation)
     args.only = [s.strip() for s in args.only.split(";") if s.strip()]
     unknown = sorted(set(args.only) - set(variants()))
     if unknown:
@@ -177,12 +176,18 @@ def main(argv=None) -> int:
     from rlpar.core import hosts
 
     devices = hosts.select_devices(1)
-    for num_envs in (int(n) for n in args.num_envs.split(",")):
-        records = measure(args, num_envs, devices)
-        for record in records:
-            emit(record, args.out)
-        common.say(f"{num_envs} envs: " + "; ".join(f"{r['program']} {r['sps_median'] / 1e6:.1f}M "
-                                                    f"({100 * r['vs_bare']:+.1f}%)" for r in records))
+    saved = dict(rollout_sps.NETWORK)
+    rollout_sps.NETWORK.update(torso=args.torso, activation=args.activation)  # both loops' network, for this call
+    try:
+        for num_envs in (int(n) for n in args.num_envs.split(",")):
+            records = measure(args, num_envs, devices)
+            for record in records:
+                emit(record, args.out)
+            common.say(f"{num_envs} envs: " + "; ".join(f"{r['program']} {r['sps_median'] / 1e6:.1f}M "
+                                                        f"({100 * r['vs_bare']:+.1f}%)" for r in records))
+    finally:
+        rollout_sps.NETWORK.clear()
+        rollout_sps.NETWORK.update(saved)
     return 0
 
 
