@@ -237,3 +237,36 @@ def test_collector_parts_times_the_engine_beside_the_bare_loop_with_the_network_
     assert all(r["torso"] == "mlp" and r["activation"] == "relu" and r["hidden_sizes"] == [16] and r["sps_median"] > 0
                for r in records.values())
     assert records["bare"]["vs_bare"] == 0.0
+
+
+def test_trace_ops_sums_loops_and_groups_kernels_by_runs_per_update():
+    spec = importlib.util.spec_from_file_location("benchmarks_harness_trace_ops", BENCHMARKS / "trace_ops.py")
+    trace_ops = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(trace_ops)
+    ops = {"while.1": (900.0, 1.0), "while.2": (50.0, 4.0), "fusion.3": (256.0, 128.0), "copy.4": (128.0, 128.0),
+           "fusion.5": (10.0, 1.0), "conditional.6": (5.0, 128.0)}
+    found = trace_ops.summary(ops)
+    assert [loop["op"] for loop in found["loops"]] == ["while.1", "while.2"]
+    assert found["classes"] == [{"runs_per_update": 1.0, "kernels": 1, "us": 10.0},
+                                {"runs_per_update": 128.0, "kernels": 2, "us": 384.0}]
+
+
+def test_profile_update_refuses_dump_without_kernels_before_measuring(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "profile_update.py"), "--dump", "d"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and "--dump writes the kernels' trace: give --kernels with it" in proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_chunk_overhead_times_every_program_at_one_env(tmp_path):
+    out = tmp_path / "chunks.jsonl"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "chunk_overhead.py"), "--env", "CartPole-v1",
+                           "--num-envs", "1", "--num-steps", "16", "--collector-unroll", "2", "--updates", "2",
+                           "--repeats", "1", "--out", str(out)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 8 and len({r["program"] for r in records}) == 8
+    assert all(r["num_envs"] == 1 and r["num_steps"] == 16 and r["collector_unroll"] == 2 and r["ms_per_update"] > 0
+               for r in records)
