@@ -102,6 +102,7 @@ def test_backward_sums_refuses_an_unknown_method():
         backward_sums(jnp.zeros((3, 2)), jnp.zeros((3, 2)), "parallel")
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_ppo_takes_the_forced_gae_method_and_learns_the_same(monkeypatch):
     # One PPO update on CartPole with each method: the same parameters up to float rounding (the advantages differ
     # in the last bits only), and not the parameters it started from; the method traced is the one forced.

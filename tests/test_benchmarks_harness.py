@@ -224,6 +224,7 @@ def test_kernel_events_reads_the_cpus_threads_and_an_accelerators_ops_by_name():
     assert list(_thunks().kernel_events(data)) == [("copy.51", 7), ("fusion.12", 3)]
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_collector_parts_times_the_engine_beside_the_bare_loop_with_the_network_asked_for(tmp_path):
     out = tmp_path / "parts.jsonl"
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "collector_parts.py"), "--env", "Breakout-MinAtar",

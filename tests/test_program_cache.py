@@ -339,6 +339,7 @@ class Level(environment.Environment):
 """
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_a_user_env_trains_on_its_changed_data_file_environment_variable_and_helper_module(tmp_path):
     (tmp_path / "level_env.py").write_text(USER_ENV)
     (tmp_path / "level.json").write_text('{"scale": 2.0}')

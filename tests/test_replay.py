@@ -150,6 +150,7 @@ def test_first_learning_update_counts_whole_collects():
     assert config.replace(learning_starts=128).first_learning_update == 2
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_both_backends_give_the_same_dqn_run_buffers_included():
     # The buffer's pure functions under jax.pmap and under jax.jit(jax.shard_map): the same parameters and the same
     # per-device buffers after learning has begun.

@@ -22,6 +22,7 @@ def test_library_train_returns_params_and_per_update_metrics():
     assert set(result.params) == {"params"}
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_same_seed_twice_gives_identical_metrics():
     a = agents.ppo.train(TINY, "CartPole-v1", devices=2)
     b = agents.ppo.train(TINY, "CartPole-v1", devices=2)

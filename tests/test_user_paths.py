@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from rlpar.run import rundir
 from rlpar.run.progress import ProgressDisplay
 
@@ -41,6 +43,7 @@ def _lines(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.is_file() else 0
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_train_plot_evaluate_and_kill_resume_with_relative_paths(tmp_path):
     _run(["rlpar.train", *TRAIN, "--run-dir", "runs/cp"], cwd=tmp_path)
     run_dir = tmp_path / "runs" / "cp"
