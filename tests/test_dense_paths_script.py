@@ -10,6 +10,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_both_paths_timed_and_recorded(tmp_path):
     out = tmp_path / "dense.jsonl"
     proc = subprocess.run(

@@ -47,6 +47,7 @@ def test_mpe_spread_is_cut_at_its_step_limit_with_the_final_observation_kept():
     assert team == pytest.approx(float(np.sum(reward[:26])), rel=1e-5) == pytest.approx(sum(agents), rel=1e-5)
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_overcooked_is_cut_at_its_step_limit():
     env, env_params = envs.make("marl-overcooked", max_steps=3)
     _, (obs, reward, terminated, truncated, _) = _rollout(env, env_params, 4)

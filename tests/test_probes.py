@@ -54,6 +54,7 @@ def test_policy_learns_the_rewarded_action():
     assert result.metrics[-1]["episode_return"] > 0.95
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_the_accelerators_layout_learns_the_probes(monkeypatch):
     """What a GPU or TPU runs (agents.platform's plain layers, agents.shuffle's sorted permutation of blocks of rows
     of one step), forced on this CPU: the value and the policy reach the probes' known answers."""

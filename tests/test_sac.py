@@ -161,6 +161,7 @@ def test_time_limit_bootstraps_from_the_final_observation():
     np.testing.assert_allclose(q, 10.0, atol=0.3)
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_bandit_policy_finds_the_best_action_in_the_envs_units():
     # Probe-ContinuousBandit-v0: reward -(a - 1)^2 for a in [-2, 2], one step. The best action is a = 1: the greedy
     # export says 0.5, which envs.RescaleAction maps onto 1. The temperature is learned here.

@@ -65,6 +65,7 @@ def logged(history):
     return {h["update"]: {k: v for k, v in h.items() if not k.startswith("_")} for h in history}
 
 
+@pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
 def test_wandb_offline_run_holds_the_scalars_and_config_and_resume_continues_it(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_files"))
