@@ -289,9 +289,11 @@ def gae_method() -> str:
     Why: on XLA:CPU (2 cores, AVX-512; GAE alone, 50 calls) the two were within noise at 128 x 1 (13.6 vs 11.2 us)
     and 128 x 64 (26.7 vs 27.0 us), the scan 1.6x faster at 128 x 8 and 3.3x at 128 x 4,096 (1.0 vs 3.5 ms); the
     associative form 2.6x faster at 16 x 1,024 (72 vs 27 us): a few microseconds of a PPO update of milliseconds. On a
-    TPU v5e the scan took 1.15 ms of a 7.53 ms update at one env x 128 steps (``benchmarks/profile_update.py``,
-    about 9 us per step, each a loop iteration of its own); the associative form is not measured there yet
-    (``benchmarks/profile_update.py ... --force gae_method=associative``), so it is not the default anywhere."""
+    TPU v5e the scan timed alone took 1.15 ms at one env x 128 steps (``benchmarks/profile_update.py``), 0.19 ms
+    inside the whole update's trace; PPO trained there at 15,320 SPS with the associative form against 14,957 with
+    the scan (``benchmarks/train_sps.py --force gae_method=associative``, one run each,
+    ``benchmarks/results/2026-12-06/one_env_paths_tpu_v5e.jsonl``). It is not measured at large env counts on the
+    chip, so it is not the default anywhere."""
     method = _forced.get("gae_method")
     return "scan" if method is None else method
 
