@@ -55,19 +55,21 @@ def by_kind(fn, args: tuple, calls: int = 3) -> dict[str, tuple[float, float]]:
     return {kind: (ns / 1e6 / calls, count[kind] / calls) for kind, ns in time_ns.most_common()}
 
 
-def kernel_events(data):
+def kernel_events(data, loops: bool = False, devices_only: bool = False):
     """``(name, duration_ns)`` of every kernel a ``jax.profiler.ProfileData`` trace holds: XLA:CPU's thunks (the
     ``tf_XLAEigen`` threads' events) and an accelerator's ops (the ``XLA Ops`` line of each ``/device:`` plane, as
     a TPU's trace names them, whose events carry the whole HLO instruction: only its name is kept, ``fusion.12``).
-    Loops (``while``), conditionals and the executor's own events are left out: their time is their kernels'."""
+    Loops (``while``), conditionals and the executor's own events are left out (their time is their kernels')
+    unless ``loops``; ``devices_only``: the accelerator's ops alone."""
+    skipped = ("Thunk", "end:") if loops else ("while", "Thunk", "end:", "conditional")
     for plane in data.planes:
         device = plane.name.startswith("/device:")
         for line in plane.lines:
-            if not (line.name.startswith("tf_XLAEigen") or (device and line.name == "XLA Ops")):
+            if not ((line.name.startswith("tf_XLAEigen") and not devices_only) or (device and line.name == "XLA Ops")):
                 continue
             for event in line.events:
                 name = event.name.split(" = ", 1)[0].strip().lstrip("%")  # a TPU's events are the HLO instruction
-                if not name.startswith(("while", "Thunk", "end:", "conditional")):
+                if not name.startswith(skipped):
                     yield name, event.duration_ns
 
 

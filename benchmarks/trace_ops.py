@@ -21,6 +21,8 @@ import collections
 import glob
 import json
 
+import thunks  # benchmarks/ is the script's folder, first on sys.path
+
 
 def ops_per_update(path: str, updates: float) -> dict[str, tuple[float, float]]:
     """``{op name: (microseconds, count)}`` per update, over the ``/device:`` planes' ``XLA Ops`` lines of the
@@ -31,15 +33,9 @@ def ops_per_update(path: str, updates: float) -> dict[str, tuple[float, float]]:
     if not files:
         raise SystemExit(f"error: no .xplane.pb under {path!r}: give the folder --profile wrote")
     time_ns, count = collections.Counter(), collections.Counter()
-    for plane in ProfileData.from_file(files[-1]).planes:
-        if not plane.name.startswith("/device:"):
-            continue
-        for line in plane.lines:
-            if line.name == "XLA Ops":
-                for event in line.events:
-                    name = event.name.split(" = ", 1)[0].strip().lstrip("%")
-                    time_ns[name] += event.duration_ns
-                    count[name] += 1
+    for name, duration_ns in thunks.kernel_events(ProfileData.from_file(files[-1]), loops=True, devices_only=True):
+        time_ns[name] += duration_ns
+        count[name] += 1
     return {name: (time_ns[name] / 1e3 / updates, count[name] / updates) for name in time_ns}
 
 

@@ -221,7 +221,10 @@ def test_kernel_events_reads_the_cpus_threads_and_an_accelerators_ops_by_name():
                                        event("%conditional.4 = (f32[]) conditional(...)", 40)]),
             NS(name="XLA Modules", events=[event("jit_update(123)", 600)])]),
     ])
-    assert list(_thunks().kernel_events(data)) == [("copy.51", 7), ("fusion.12", 3)]
+    thunks = _thunks()
+    assert list(thunks.kernel_events(data)) == [("copy.51", 7), ("fusion.12", 3)]
+    assert list(thunks.kernel_events(data, loops=True, devices_only=True)) == [
+        ("fusion.12", 3), ("while.118", 500), ("conditional.4", 40)]
 
 
 @pytest.mark.slow  # moved out of the default run for its length; CI runs the slow set too
@@ -240,7 +243,8 @@ def test_collector_parts_times_the_engine_beside_the_bare_loop_with_the_network_
     assert records["bare"]["vs_bare"] == 0.0
 
 
-def test_trace_ops_sums_loops_and_groups_kernels_by_runs_per_update():
+def test_trace_ops_sums_loops_and_groups_kernels_by_runs_per_update(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # its own folder, where it imports thunks from
     spec = importlib.util.spec_from_file_location("benchmarks_harness_trace_ops", BENCHMARKS / "trace_ops.py")
     trace_ops = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(trace_ops)
