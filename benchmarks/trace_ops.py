@@ -48,7 +48,8 @@ def summary(ops: dict[str, tuple[float, float]]) -> dict:
             classes[round(n, 2)][0] += 1
             classes[round(n, 2)][1] += us
     return {"loops": [{"op": name, "us": round(us, 1), "per_update": round(n, 2)} for us, n, name in loops],
-            "classes": [{"runs_per_update": k, "kernels": v[0], "us": round(v[1], 1)} for k, v in sorted(classes.items())]}
+            "classes": [{"runs_per_update": k, "kernels": v[0], "us": round(v[1], 1)}
+                        for k, v in sorted(classes.items())]}
 
 
 def main(argv=None) -> int:
@@ -64,7 +65,8 @@ def main(argv=None) -> int:
     for loop in found["loops"]:
         print(f"loop {loop['op']:16s} {loop['us']:10.1f} us, {loop['per_update']:g} per update")
     for group in found["classes"]:
-        print(f"kernels run {group['runs_per_update']:g} times per update: {group['kernels']} of them, {group['us']:.1f} us")
+        print(f"kernels run {group['runs_per_update']:g} times per update: {group['kernels']} of them, "
+              f"{group['us']:.1f} us")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"updates": args.updates, "ops": ops, **found}, f)
