@@ -10,7 +10,7 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig
-from rlpar.core import episodes, parallel, program
+from rlpar.core import episodes, parallel, platform, program
 from rlpar.run import rundir
 from rlpar.run.runner import Hooks, RunConfig, run
 from rlpar.tools import plot
@@ -87,6 +87,25 @@ def test_a_run_compiles_one_program_whatever_its_chunk_lengths(eval_runs):
     assert compiles.count == 1
 
 
+def test_evaluation_as_a_program_of_its_own_matches_the_branch(eval_runs):
+    # The accelerators' answer (rlpar.core.platform.evaluation_in_chunk): the chunk program without the evaluation
+    # branch, the evaluation compiled as a second program and called after the chunks that evaluate. Same records
+    # (the same episodes: the key depends only on the update), same final state, two compilations.
+    _, on, _ = eval_runs
+    compiles = _Compiles()
+    jax.monitoring.register_event_duration_secs_listener(compiles.on_event)
+    try:
+        with platform.forcing(evaluation_in_chunk=False):
+            separate = run(agents.ppo.SPEC, TINY, RunConfig(devices=2, log_every=2, eval_every=2, eval_episodes=8),
+                           hooks=Hooks(on_status=compiles.on_status))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(compiles.on_event)
+    assert compiles.status == ["compiling", "compiled"] and compiles.count == 2
+    assert _without(separate.metrics, prefix=()) == _without(on.metrics, prefix=())
+    assert [r["update"] for r in separate.metrics if "eval/episode_return" in r] == [2, 4, 5]
+    jax.tree.map(np.testing.assert_array_equal, _rows(separate.state), _rows(on.state))
+
+
 def test_eval_interval_default_is_about_ten_per_run_and_zero_is_off():
     assert RunConfig().eval_interval(976) == 98
     assert RunConfig().eval_interval(5) == 1
@@ -104,17 +123,20 @@ def _a2c():
     return SPEC, A2CConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2, hidden_sizes=(8,))
 
 
-@pytest.mark.parametrize("agent, env_id, backend, known", [
+@pytest.mark.parametrize("agent, env_id, backend, known, inside", [
     # Probe-Truncated-v0 pays 1 per step and is cut after 5 steps: every episode returns 5 in 5 steps, whatever
     # the policy. An episode counted past its end, or cut before it, shows here.
-    ("ppo", "Probe-Truncated-v0", "pmap", (5.0, 5.0, 5.0)),
-    ("ppo", "Probe-Truncated-v0", "shard_map", (5.0, 5.0, 5.0)),
+    ("ppo", "Probe-Truncated-v0", "pmap", (5.0, 5.0, 5.0), True),
+    ("ppo", "Probe-Truncated-v0", "shard_map", (5.0, 5.0, 5.0), True),
+    # The same with the evaluation a program of its own (the accelerators' answer), under the stricter backend.
+    ("ppo", "Probe-Truncated-v0", "shard_map", (5.0, 5.0, 5.0), False),
     # Probe-Memory-v0 ends after 3 steps, paying 0 or 1: the GRU's carry goes through the policy export.
-    ("ppo_rnn", "Probe-Memory-v0", "shard_map", (3.0, 0.0, 1.0)),
+    ("ppo_rnn", "Probe-Memory-v0", "shard_map", (3.0, 0.0, 1.0), True),
     # Probe-OneStep-v0: reward 1, then the end; a user's agent (examples/a2c.py).
-    ("a2c", "Probe-OneStep-v0", "pmap", (1.0, 1.0, 1.0)),
+    ("a2c", "Probe-OneStep-v0", "pmap", (1.0, 1.0, 1.0), True),
 ])
-def test_every_agent_evaluates_through_its_policy_export_with_known_probe_answers(agent, env_id, backend, known):
+def test_every_agent_evaluates_through_its_policy_export_with_known_probe_answers(agent, env_id, backend, known,
+                                                                                 inside):
     if agent == "a2c":
         spec, config = _a2c()
     elif agent == "ppo_rnn":
@@ -124,8 +146,9 @@ def test_every_agent_evaluates_through_its_policy_export_with_known_probe_answer
     else:
         spec, config = agents.ppo.SPEC, agents.PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 2,
                                                          num_minibatches=1, hidden_sizes=(8,))
-    result = run(spec, config, RunConfig(env=env_id, devices=4, log_every=2, eval_every=1, eval_episodes=12,
-                                         backend=backend))  # 12 episodes: 3 on each of 4 devices
+    with platform.forcing(evaluation_in_chunk=inside):
+        result = run(spec, config, RunConfig(env=env_id, devices=4, log_every=2, eval_every=1, eval_episodes=12,
+                                             backend=backend))  # 12 episodes: 3 on each of 4 devices
     record = result.metrics[-1]
     length, low, high = known
     assert record["eval/episode_length"] == record["eval/episode_length_max"] == length

@@ -27,6 +27,7 @@ CHOICES = {
     "collector_keys_up_front": (lambda: platform.collector_keys_up_front(STEPS * (1 + 8192)), True, False),
     "collector_unroll": (lambda: platform.collector_unroll(), 1, platform.UNROLL_ACCELERATOR),
     "gae_method": (lambda: platform.gae_method(), "scan", "scan"),  # the associative form only when forced
+    "evaluation_in_chunk": (lambda: platform.evaluation_in_chunk(), True, False),
 }
 
 

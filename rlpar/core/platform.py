@@ -133,7 +133,7 @@ def _check_unroll(steps):
 
 _CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
            "keys_up_front": _check_bool, "collector_unroll": _check_unroll, "raveled_update": _check_bool,
-           "gae_method": _check_gae}
+           "gae_method": _check_gae, "evaluation_in_chunk": _check_bool}
 CHOICES = tuple(_CHECKS)  # the choices ``forcing`` takes (the switch has its own ``fast_paths``)
 
 
@@ -276,6 +276,27 @@ def raveled_update(platform: str | None = None) -> bool:
     ``forcing(raveled_update=True)``): within the spread, and not taken there (``docs/benchmarks.md``)."""
     raveled = _forced.get("raveled_update")
     return cpu_fast_paths(platform) if raveled is None else raveled
+
+
+# --- the run's programs (rlpar.run.chunks) ---------------------------------------------------------------------------
+
+def evaluation_in_chunk(platform: str | None = None) -> bool:
+    """Whether a run's greedy evaluation is a ``lax.cond`` branch of its chunk program (one program to compile) or a
+    program of its own, called after the chunks it follows: the forced answer if set, else on the fast paths.
+
+    Why: on XLA:CPU (2 cores, AVX-512) the one program compiled faster, and the branch cost the updates nothing
+    measurable: PPO's CartPole preset (20 updates, evaluating every 10) compiled in 6.4-6.6 s with the branch and
+    6.8-9.5 s as two programs (two rounds each, the same episodes and returns); per update, with and without the
+    branch, 4.24 and 4.34 ms at CartPole's preset, 31.0 and 29.9 ms, then 34.9 and 39.1 ms, at Breakout-MinAtar's one
+    env x 128 steps (``benchmarks/chunk_overhead.py``; ``benchmarks/results/2026-12-06/
+    chunk_overhead_evaluation_cpu.jsonl``). On a TPU v5e the branch, never taken, made every update of the loop
+    before it slower: PPO on Breakout-MinAtar at one env x 128 steps, two collector steps per iteration, 10 updates
+    per call, the chunk program took 8.27-8.33 ms per update, jitted, pmapped or as the runner compiles it, and a bare
+    ``scan`` of updates 7.52-7.73 (``benchmarks/results/2026-12-06/chunk_overhead_one_env_tpu_v5e.jsonl``); the
+    same programs split apart: 8.33-8.41 ms with the branch against 7.66-7.69 without it, whether the loop was a
+    ``fori_loop`` over the traced count or a ``lax.scan`` (``docs/accelerators.md``, "What is not met yet")."""
+    inside = _forced.get("evaluation_in_chunk")
+    return cpu_fast_paths(platform) if inside is None else inside
 
 
 # --- advantages (agents.advantages) ----------------------------------------------------------------------------------

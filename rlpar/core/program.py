@@ -2,9 +2,9 @@
 
 ``make_program(agent, ...)`` returns ``Program(init, update, evaluate)``, pure functions of one device that take the
 device axis as ``axis_name`` like everything per-device; ``rlpar.core.parallel`` maps them over devices,
-``rlpar.core.seeds`` over seeds and swept hyperparameters. ``make_chunk`` turns them into the one program a run
-compiles: up to ``log_every`` updates in a loop whose count is an argument, then, when asked, a greedy evaluation;
-``rlpar.run.runner`` calls it once per logged chunk.
+``rlpar.core.seeds`` over seeds and swept hyperparameters. ``make_chunk`` turns them into the program a run calls
+once per logged chunk (``rlpar.run.runner``): up to ``log_every`` updates in a loop whose count is an argument, then,
+when asked, a greedy evaluation, a branch of the same program or (``make_evaluation``) a program of its own.
 """
 
 from __future__ import annotations
@@ -104,14 +104,16 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
     ``control.evaluate``, ``program.evaluate`` of the state they end with.
 
     The update count is a traced argument, so one compiled program serves every chunk of a run (a last, shorter one
-    included), and evaluation is a ``lax.cond`` branch of the same program. ``metrics``: each update's, stacked
-    ``[max_updates, ...]`` (rows from ``control.updates`` on are zeros; the host drops them), and the evaluation's
-    (zeros when it did not run; absent when ``program.evaluate`` is ``None``). The evaluation key depends only on
-    ``control``, never on the training keys, so evaluating leaves training exactly as it would be without.
+    included), and evaluation is a ``lax.cond`` branch of the same program (give a ``program`` without ``evaluate``
+    to leave it out, and evaluate with ``make_evaluation``'s program: ``rlpar.core.platform.evaluation_in_chunk``
+    says where which is faster). ``metrics``: each update's, stacked ``[max_updates, ...]`` (rows from
+    ``control.updates`` on are zeros; the host drops them), and the evaluation's (zeros when it did not run; absent
+    when ``program.evaluate`` is ``None``). The evaluation key depends only on ``control``, never on the training
+    keys, so evaluating leaves training exactly as it would be without.
     """
 
     update = jax.jit(program.update)  # traced once: for the metrics' shapes, then reused inside the loop
-    evaluate = None if program.evaluate is None else jax.jit(program.evaluate)  # the same: shapes, then the branch
+    evaluate = None if program.evaluate is None else make_evaluation(program)
 
     def run_updates(state: TrainState, count: jax.Array):
         shapes = jax.eval_shape(update, state)[1]
@@ -128,9 +130,21 @@ def make_chunk(program: Program, max_updates: int) -> Callable[[TrainState, Chun
         state, metrics = run_updates(state, control.updates)
         if evaluate is None:
             return state, metrics
-        key = jax.random.fold_in(eval_key(control.seed), control.updates_done + control.updates)
-        shapes = jax.eval_shape(evaluate, state, key)
+        shapes = jax.eval_shape(evaluate, state, control)
         skip = lambda: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-        return state, {**metrics, **jax.lax.cond(control.evaluate, lambda: evaluate(state, key), skip)}
+        return state, {**metrics, **jax.lax.cond(control.evaluate, lambda: evaluate(state, control), skip)}
 
     return chunk
+
+
+def make_evaluation(program: Program) -> Callable[[TrainState, ChunkControl], dict]:
+    """``evaluation(state, control) -> metrics``: ``program.evaluate`` of the state a chunk ended with, on the key
+    of the update it ended at (``fold_in(eval_key(control.seed), control.updates_done + control.updates)``): what
+    ``make_chunk`` runs when ``control.evaluate``, as a function of its own (a program of its own where that is
+    faster; ``control.evaluate`` is not read)."""
+    evaluate = jax.jit(program.evaluate)  # traced once: for the shapes, then the call
+
+    def evaluation(state: TrainState, control: ChunkControl) -> dict:
+        return evaluate(state, jax.random.fold_in(eval_key(control.seed), control.updates_done + control.updates))
+
+    return evaluation

@@ -1,5 +1,6 @@
-"""The chunk loop: compile the run's one chunk program, then run it chunk after chunk, logging each, evaluating and
-checkpointing when due, stopping on Ctrl-C (``Interrupted``) or a scheduler's signal (``preemption.Preempted``).
+"""The chunk loop: compile the run's chunk program (and its evaluation's, where that is a program of its own), then
+run it chunk after chunk, logging each, evaluating and checkpointing when due, stopping on Ctrl-C (``Interrupted``)
+or a scheduler's signal (``preemption.Preempted``).
 
 It imports ``prepare`` (the prepared run's type), ``records`` (each chunk's record) and ``state`` (saving a
 checkpoint, the non-finite stop), never ``build`` or ``runner``.
@@ -15,7 +16,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from rlpar.core import episodes, hosts, parallel, population, program, seeds
+from rlpar.core import episodes, hosts, parallel, platform, population, program, seeds
 from rlpar.run import checkpoint, compile_cache, guard, preemption, program_cache
 from rlpar.run.config import RunConfig
 from rlpar.run.logs import RunLogger
@@ -56,13 +57,51 @@ def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> pro
                                 seed=np.uint32(schedule.seed))
 
 
+class _Programs(NamedTuple):
+    """The run's compiled programs: ``chunk(state, control) -> (state, metrics)``, and, where the evaluation is a
+    program of its own (``platform.evaluation_in_chunk``) and the run evaluates, ``evaluation(state, control) ->
+    ((), metrics)`` (else ``None``: the chunk evaluates when ``control.evaluate``)."""
+
+    chunk: Callable
+    evaluation: Callable | None = None
+
+    def __call__(self, state, control, evaluate: bool):
+        """One chunk, then its evaluation when ``evaluate``: ``(state, metrics)``, both still on the devices."""
+        state, metrics = self.chunk(state, control)
+        if evaluate and self.evaluation is not None:
+            metrics = {**metrics, **self.evaluation(state, control)[1]}
+        return state, metrics
+
+
+def _make_steps(prepared: _Prepared, run_config: RunConfig, max_updates: int, evaluation_inside: bool):
+    """``(make_chunk_step, make_evaluation_step)``, each ``axis_name -> per-device step`` as ``parallel.compile_step``
+    takes it; the second ``None`` where the evaluation is a branch of the chunk."""
+
+    def make_chunk_step(axis_name):
+        built = prepared.make_program(axis_name)
+        checked = guard.with_finite_flag(built.update, run_config.member_groups.axes(axis_name))
+        built = built._replace(update=checked)
+        return program.make_chunk(built if evaluation_inside else built._replace(evaluate=None), max_updates)
+
+    def make_evaluation_step(axis_name):
+        built = prepared.make_program(axis_name)
+        if built.evaluate is None:
+            return lambda state, control: ((), {})
+        evaluation = program.make_evaluation(built)
+        return lambda state, control: ((), evaluation(state, control))  # no state out: nothing copied or donated
+
+    return make_chunk_step, None if evaluation_inside else make_evaluation_step
+
+
 def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
              max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
              wait: Callable[[], Any] | None = None):
-    """The run's one program (``program.make_chunk``): any chunk length up to ``max_updates``, evaluation in it.
-    ``state()``: the state it runs on, or its shapes and shardings (called only when the program is compiled);
-    ``lowered()``: called once it is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``: what
-    else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
+    """``(_Programs, compile seconds)``: the run's chunk program (``program.make_chunk``: any chunk length up to
+    ``max_updates``), the evaluation a branch of it or, where ``platform.evaluation_in_chunk`` says so and the run
+    evaluates, a program of its own compiled after it. ``state()``: the state they run on, or its shapes and
+    shardings (called only when a program is compiled); ``lowered()``: called once the chunk is lowered, before XLA
+    compiles it, or before it is loaded whole; ``wait()``: what else the first update waits for (the init compiling
+    beside it), inside the compile seconds reported."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
     if hooks.on_status:
@@ -70,12 +109,8 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     start, hits = time.perf_counter(), compile_cache.hits()
 
     groups = run_config.population_devices
-
-    def make_step(axis_name):
-        built = prepared.make_program(axis_name)
-        checked = guard.with_finite_flag(built.update, run_config.member_groups.axes(axis_name))
-        return program.make_chunk(built._replace(update=checked), max_updates)
-
+    inside = platform.evaluation_in_chunk(prepared.devices[0].platform)
+    make_step, make_evaluation_step = _make_steps(prepared, run_config, max_updates, inside)
     example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
     name = f"chunk of {max_updates}"
     if lowered is not None and program_cache.stored(name, prepared.programs):
@@ -85,13 +120,21 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
                                                                  backend=run_config.device_backend, groups=groups,
                                                                  lowered=lowered),
         prepared.programs)
+    evaluation = None
+    if make_evaluation_step is not None and schedule.eval_every:
+        evaluation, loaded_too = program_cache.load_or_compile(
+            "evaluation", lambda: parallel.compile_step(make_evaluation_step, prepared.devices, state(),
+                                                        shared=example, backend=run_config.device_backend,
+                                                        groups=groups, donate=False),
+            prepared.programs)
+        loaded = loaded and loaded_too
     if wait is not None:
         wait()
     compile_s = time.perf_counter() - start
     if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.run.program_cache
         hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
                                      "saved": loaded})
-    return compiled, compile_s
+    return _Programs(compiled, evaluation), compile_s
 
 
 class _Outputs(NamedTuple):
@@ -104,7 +147,7 @@ class _Outputs(NamedTuple):
     groups: int = 1  # the slots' device groups (RunConfig.population_devices)
 
 
-def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
+def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
            run_config: RunConfig, slots: seeds.Slots):
     """Run the chunks; log each one, evaluate and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of
     the interrupted chunk is logged or saved, so the run dir stays resumable)."""
@@ -118,7 +161,7 @@ def _train(compiled: Callable, state, schedule: _Schedule, records: list[dict], 
             control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices, out.groups)
             start = time.perf_counter()
             with _profiling(run_config.profile if i == min(1, len(schedule.lengths) - 1) else ""):  # one warm chunk
-                new_state, raw = compiled(state, control)
+                new_state, raw = compiled(state, control, evaluate)
                 raw = parallel.to_host(raw)  # waits for the devices
             seconds = time.perf_counter() - start
             evaluation = {k: raw.pop(k) for k in (episodes.RETURNS, episodes.LENGTHS) if k in raw}

@@ -1,8 +1,9 @@
 """The host loop: validate, build the mapped program, compile it once, run chunks of updates, log between them.
 
 Between calls the host only reads small per-update metrics (and, after an evaluation, the evaluation episodes'
-returns); environments, acting, learning and evaluating stay on the devices. One program serves the whole run
-(``program.make_chunk``): each call is told how many updates to run and whether to evaluate afterwards.
+returns); environments, acting, learning and evaluating stay on the devices. One program serves every chunk of the
+run (``program.make_chunk``): each call is told how many updates to run and whether to evaluate afterwards (the
+evaluation a branch of it, or on accelerators a program of its own: ``platform.evaluation_in_chunk``).
 ``run`` goes through named phases, each in a module of its own that imports only the ones before it:
 ``prepare._prepare`` (check everything, before any compile; the settings are ``config.RunConfig``),
 ``_open_run_dir`` (``state``: checkpoints, the restored state, the logger), ``build._build`` (the chunk program
