@@ -263,6 +263,14 @@ def test_profile_update_refuses_dump_without_kernels_before_measuring(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_chunk_overhead_refuses_an_unknown_program_before_building_anything(tmp_path):
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "chunk_overhead.py"), "--only", "the chunk"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert "--only 'the chunk': expected some of bare jit + scan(update);" in proc.stderr
+
+
 @pytest.mark.slow
 def test_chunk_overhead_times_every_program_at_one_env(tmp_path):
     out = tmp_path / "chunks.jsonl"
@@ -272,6 +280,6 @@ def test_chunk_overhead_times_every_program_at_one_env(tmp_path):
                           timeout=900, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(records) == 8 and len({r["program"] for r in records}) == 8
+    assert len(records) == 10 and len({r["program"] for r in records}) == 10
     assert all(r["num_envs"] == 1 and r["num_steps"] == 16 and r["collector_unroll"] == 2 and r["ms_per_update"] > 0
-               for r in records)
+               and r["evaluation_in_chunk"] is True for r in records)  # XLA:CPU's answer
