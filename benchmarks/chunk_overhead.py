@@ -122,6 +122,7 @@ def main(argv=None) -> int:
 
         return run_donated, ()
 
+    assert len(makers) == len(PROGRAMS)
     programs = [(name, make) for name, make in zip(PROGRAMS, makers) if not only or name in only]
     common.say(common.host_line())
     progress = common.Rows(len(programs))
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
         common.emit(common.record("chunk_overhead", program=name, env=args.env, updates_per_call=k,
                                   num_envs=config.num_envs, num_steps=config.num_steps,
                                   collector_unroll=config.collector_unroll, forced=forced, repeats=args.repeats,
-                                  evaluation_in_chunk=inside,
+                                  platform_evaluation_in_chunk=inside,  # the runner's rows follow it
                                   ms_per_update=round(seconds * 1000, 3), sps=config.batch_size / seconds), args.out)
     for name, seconds in rows:
         common.say(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")

@@ -297,7 +297,8 @@ def add_force_argument(parser) -> None:
     to time the answers against each other on one backend. ``apply_forcing`` applies them."""
     parser.add_argument("--force", action="append", default=[], metavar="CHOICE=VALUE",
                         help="force one of rlpar.core.platform's choices (fast_paths, collector_unroll, "
-                             "raveled_update, keys_up_front, shuffle_method, shuffle_block, gather_layout, gae_method)")
+                             "raveled_update, keys_up_front, shuffle_method, shuffle_block, gather_layout, gae_method, "
+                             "evaluation_in_chunk)")
 
 
 def parse_forcing(items: Sequence[str]) -> dict:

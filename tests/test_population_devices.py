@@ -14,7 +14,7 @@ import pytest
 
 import agents
 from conftest import resume_and_compare
-from rlpar.core import collectives, parallel, population, program, seeds
+from rlpar.core import collectives, parallel, platform, population, program, seeds
 from rlpar.tools import evaluate
 from rlpar.tools import train as train_cli
 
@@ -70,6 +70,25 @@ def test_several_devices_per_group_hold_one_copy_and_train_the_member_as_a_data_
     # differently, so the last bits may differ (1.5e-8 at most, measured on the 2x2 layout).
     jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=0, atol=1e-6),
                  _member(spread.params, 1), _member(alone.params, 0))
+
+
+@pytest.mark.slow
+def test_grouped_evaluation_as_a_program_of_its_own_matches_the_branch():
+    # The accelerators' answer (rlpar.core.platform.evaluation_in_chunk) on 2 groups of 2 devices, under shard_map:
+    # each member's evaluation gathered within its group, the same records and parameters as the branch's.
+    config = agents.PPOConfig.for_env("CartPole-v1").replace(**SMALL)
+    runs = {}
+    for inside in (True, False):
+        with platform.forcing(evaluation_in_chunk=inside):
+            runs[inside] = agents.ppo.train(config, "CartPole-v1", devices=4, population_devices=2,
+                                            backend="shard_map", search="lr=" + ",".join(map(str, LRS)),
+                                            **{**RUN, "eval_every": 3, "eval_episodes": 4})
+    timing = ("time_s", "sps", "startup_s")
+    records = {inside: [{k: v for k, v in r.items() if k not in timing} for r in run.metrics]
+               for inside, run in runs.items()}
+    assert records[False] == records[True]
+    assert all("eval/episode_return" in slot for slot in runs[False].metrics[-1]["slots"])
+    _assert_same(runs[False].params, runs[True].params)
 
 
 def test_a_pbt_round_ranks_and_copies_across_device_groups():

@@ -294,7 +294,8 @@ def evaluation_in_chunk(platform: str | None = None) -> bool:
     per call, the chunk program took 8.27-8.33 ms per update, jitted, pmapped or as the runner compiles it, and a bare
     ``scan`` of updates 7.52-7.73 (``benchmarks/results/2026-12-06/chunk_overhead_one_env_tpu_v5e.jsonl``); the
     same programs split apart: 8.33-8.41 ms with the branch against 7.66-7.69 without it, whether the loop was a
-    ``fori_loop`` over the traced count or a ``lax.scan`` (``docs/accelerators.md``, "What is not met yet")."""
+    ``fori_loop`` over the traced count or a ``lax.scan`` (``docs/accelerators.md``, "What is not met yet"). A GPU
+    takes the accelerators' answer; it is not measured there."""
     inside = _forced.get("evaluation_in_chunk")
     return cpu_fast_paths(platform) if inside is None else inside
 

@@ -42,7 +42,7 @@ def _building(agent: AgentSpec, run_config: RunConfig):
 
 def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: chunks._Schedule,
            max_updates: int, hooks: chunks.Hooks):
-    """``(compiled chunk program, compile seconds, initial state)``."""
+    """``(compiled programs (chunks._Programs), compile seconds, initial state)``."""
     if restored is not None or jax.process_count() > 1:
         state = _initial_state(prepared, config, run_config, restored)
         compiled, compile_s = chunks._compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
