@@ -106,6 +106,23 @@ def test_evaluation_as_a_program_of_its_own_matches_the_branch(eval_runs):
     jax.tree.map(np.testing.assert_array_equal, _rows(separate.state), _rows(on.state))
 
 
+def test_a_chunk_program_without_donation_trains_bit_identically(eval_runs):
+    # The accelerators' answer for a small state (rlpar.core.platform.donate_state): the state is not donated, so a
+    # chunk holds the state it was given beside the one it returns. Nothing else changes.
+    off, _, _ = eval_runs
+    with platform.forcing(donate_state=False):
+        kept = run(agents.ppo.SPEC, TINY, RunConfig(devices=2, log_every=2, eval_every=0))
+    assert _without(kept.metrics, prefix=()) == _without(off.metrics, prefix=())
+    jax.tree.map(np.testing.assert_array_equal, _rows(kept.state), _rows(off.state))
+
+
+def test_the_donation_choice_reads_one_devices_rows_of_the_state():
+    from rlpar.run import chunks
+
+    state = {"w": jax.ShapeDtypeStruct((4, 256, 256), np.float32), "n": jax.ShapeDtypeStruct((4, 3), np.int32)}
+    assert chunks._bytes_per_device(state, 4) == 256 * 256 * 4 + 3 * 4
+
+
 def test_eval_interval_default_is_about_ten_per_run_and_zero_is_off():
     assert RunConfig().eval_interval(976) == 98
     assert RunConfig().eval_interval(5) == 1

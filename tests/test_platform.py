@@ -28,6 +28,7 @@ CHOICES = {
     "collector_unroll": (lambda: platform.collector_unroll(), 1, platform.UNROLL_ACCELERATOR),
     "gae_method": (lambda: platform.gae_method(), "scan", "scan"),  # the associative form only when forced
     "evaluation_in_chunk": (lambda: platform.evaluation_in_chunk(), True, False),
+    "donate_state": (lambda: platform.donate_state(4 << 20), True, False),  # PPO's state at one env: about 4 MiB
 }
 
 
@@ -58,6 +59,9 @@ def test_plain_layers_give_every_choice_the_accelerators_answer(monkeypatch, how
         assert platform.collector_keys_up_front(platform.KEYS_UP_FRONT_MAX)
         assert not platform.collector_keys_up_front(platform.KEYS_UP_FRONT_MAX + 1)
         assert platform.gather_layout(64, 4) == "flat"
+        # a state of DONATE_FROM_BYTES per device or more (a large replay buffer) is donated there too
+        assert platform.donate_state(platform.DONATE_FROM_BYTES)
+        assert not platform.donate_state(platform.DONATE_FROM_BYTES - 1)
 
 
 def test_asking_for_an_accelerator_platform_gives_its_answers():

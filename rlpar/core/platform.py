@@ -133,7 +133,7 @@ def _check_unroll(steps):
 
 _CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
            "keys_up_front": _check_bool, "collector_unroll": _check_unroll, "raveled_update": _check_bool,
-           "gae_method": _check_gae, "evaluation_in_chunk": _check_bool}
+           "gae_method": _check_gae, "evaluation_in_chunk": _check_bool, "donate_state": _check_bool}
 CHOICES = tuple(_CHECKS)  # the choices ``forcing`` takes (the switch has its own ``fast_paths``)
 
 
@@ -298,6 +298,28 @@ def evaluation_in_chunk(platform: str | None = None) -> bool:
     takes the accelerators' answer; it is not measured there."""
     inside = _forced.get("evaluation_in_chunk")
     return cpu_fast_paths(platform) if inside is None else inside
+
+
+DONATE_FROM_BYTES = 1 << 30  # on accelerators, a state of this many bytes per device or more is donated
+
+
+def donate_state(state_bytes: int, platform: str | None = None) -> bool:
+    """Whether a run's chunk program takes its state donated, updated in place (one copy of the state on a device
+    while a chunk runs, instead of the state it was given and the one it returns): the forced answer if set, else
+    always on the fast paths, else only for a state of at least ``DONATE_FROM_BYTES`` per device (``state_bytes``).
+
+    Why: on a TPU v5e donation made the runner's chunk program slower: PPO on Breakout-MinAtar at one env x 128
+    steps (a state of about 4 MiB), 100 updates per call, 7.52 ms per update undonated against 8.46 donated
+    (``benchmarks/chunk_overhead.py``, ``benchmarks/results/2026-12-06/chunk_overhead_one_env_tpu_v5e.jsonl``). Below
+    1 GiB the second copy costs a chip of 16 GiB little; above it (a large replay buffer) memory counts first, and
+    the state is donated as before. On XLA:CPU (2 cores, AVX-512) donation is kept as it was: it changed nothing past
+    the host's noise, undonated against donated 44.4 / 44.9 and 38.2 / 41.1 ms per update at Breakout-MinAtar's
+    one env x 128 steps, 4.2 / 5.6 and 4.5 / 4.3 ms at CartPole's preset, 10 updates per call
+    (``benchmarks/results/2026-12-06/chunk_donation_cpu.jsonl``)."""
+    donate = _forced.get("donate_state")
+    if donate is not None:
+        return donate
+    return cpu_fast_paths(platform) or state_bytes >= DONATE_FROM_BYTES
 
 
 # --- advantages (agents.advantages) ----------------------------------------------------------------------------------

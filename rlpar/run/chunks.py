@@ -93,12 +93,18 @@ def _make_steps(prepared: _Prepared, run_config: RunConfig, max_updates: int, ev
     return make_chunk_step, None if evaluation_inside else make_evaluation_step
 
 
+def _bytes_per_device(state: Any, num_devices: int) -> int:
+    """The bytes of one device's rows of ``state`` (arrays or ``jax.ShapeDtypeStruct`` leaves, ``[D, ...]``)."""
+    total = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))
+    return total // num_devices
+
+
 def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
              max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
              wait: Callable[[], Any] | None = None):
     """``(_Programs, compile seconds)``: the run's chunk program (``program.make_chunk``: any chunk length up to
-    ``max_updates``), the evaluation a branch of it or, where ``platform.evaluation_in_chunk`` says so and the run
-    evaluates, a program of its own compiled after it. ``state()``: the state they run on, or its shapes and
+    ``max_updates``; the state donated where ``platform.donate_state`` says so), the evaluation a branch of it or,
+    where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled after it. ``state()``: the state they run on, or its shapes and
     shardings (called only when a program is compiled); ``lowered()``: called once the chunk is lowered, before XLA
     compiles it, or before it is loaded whole; ``wait()``: what else the first update waits for (the init compiling
     beside it), inside the compile seconds reported."""
@@ -115,11 +121,13 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     name = f"chunk of {max_updates}"
     if lowered is not None and program_cache.stored(name, prepared.programs):
         lowered()  # it will be loaded whole: what waits for its lowering (the init) starts beside the load
-    compiled, loaded = program_cache.load_or_compile(
-        name, lambda: parallel.compile_step(make_step, prepared.devices, state(), shared=example,
-                                                                 backend=run_config.device_backend, groups=groups,
-                                                                 lowered=lowered),
-        prepared.programs)
+    def compile_chunk():
+        given = state()
+        donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
+        return parallel.compile_step(make_step, prepared.devices, given, shared=example, donate=donate,
+                                     backend=run_config.device_backend, groups=groups, lowered=lowered)
+
+    compiled, loaded = program_cache.load_or_compile(name, compile_chunk, prepared.programs)
     evaluation = None
     if make_evaluation_step is not None and schedule.eval_every:
         evaluation, loaded_too = program_cache.load_or_compile(
