@@ -9,9 +9,9 @@
 - ``chunk under jax.pmap``: the chunk program as the runner builds it (the evaluation where the platform puts it),
   with the device axis named (its collectives over one device), under a plain ``jax.pmap`` on device 0's state;
 - ``runner``: the program the runner compiles (``parallel.compile_step`` over one device), called on one state;
-- ``runner, donated``: the same compiled with the state donated and each call fed the last one's state, as the
-  runner calls it; then the same with each call's metrics read to the host inside the timing, one array after
-  another or all at once.
+- ``runner, donated``: the same compiled with the state donated and each call fed the last one's state (the runner
+  donates where ``rlpar.core.platform.donate_state`` says so: ``runner_donates``); then the same with each call's
+  metrics read to the host inside the timing, one array after another or all at once.
 
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --updates 4
     python benchmarks/chunk_overhead.py --env Breakout-MinAtar --num-envs 1 --num-steps 128 --collector-unroll 2 \
@@ -99,6 +99,7 @@ def main(argv=None) -> int:
     unflagged = jax.jit(program.make_chunk(per_device._replace(evaluate=None), k))
 
     inside = platform.evaluation_in_chunk(device.platform)
+    donates = platform.donate_state(chunks._bytes_per_device(state, len(prepared.devices)), device.platform)
     make_step = chunks._make_steps(prepared, run_config, k, inside)[0]  # the runner's, guard and all
     shared = parallel.replicate(control, prepared.devices)
     axis = parallel.AXIS_NAME
@@ -136,6 +137,7 @@ def main(argv=None) -> int:
                                   num_envs=config.num_envs, num_steps=config.num_steps,
                                   collector_unroll=config.collector_unroll, forced=forced, repeats=args.repeats,
                                   platform_evaluation_in_chunk=inside,  # the runner's rows follow it
+                                  runner_donates=donates,  # which of the two runner rows the runner runs
                                   ms_per_update=round(seconds * 1000, 3), sps=config.batch_size / seconds), args.out)
     for name, seconds in rows:
         common.say(f"{seconds * 1000:8.1f} ms/update  {config.batch_size / seconds:8.0f} SPS  {name}")

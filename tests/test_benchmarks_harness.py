@@ -282,4 +282,5 @@ def test_chunk_overhead_times_every_program_at_one_env(tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 10 and len({r["program"] for r in records}) == 10
     assert all(r["num_envs"] == 1 and r["num_steps"] == 16 and r["collector_unroll"] == 2 and r["ms_per_update"] > 0
-               and isinstance(r["platform_evaluation_in_chunk"], bool) for r in records)
+               and isinstance(r["platform_evaluation_in_chunk"], bool) and isinstance(r["runner_donates"], bool)
+               for r in records)
