@@ -71,6 +71,7 @@ def test_soft_q_targets_by_hand():
 
 # ---- devices ----
 
+@pytest.mark.slow  # with the next one, the only default tests on SAC's shared run (about 23 s): CI runs them (-m slow)
 def test_parameters_targets_and_optimizer_states_are_bit_identical_on_every_device(tiny_run):
     agent = final_state(tiny_run)["agent"]
     for name in ("params", "target_critic", "opt_state", "updates", "steps"):
@@ -181,6 +182,7 @@ def test_sigkill_then_resume_is_bit_identical_replay_buffer_included(tiny_run, k
     resume_and_compare(*killed_run, tiny_run, killed_before=[2])  # killed before update 4's save
 
 
+@pytest.mark.slow  # on SAC's shared run, as above
 def test_evaluate_runs_the_deterministic_export(tiny_run):
     result = evaluate.evaluate(tiny_run, episodes=2)
     assert result.returns.shape == (2,) and np.all(result.returns < 0) and np.all(result.lengths == 200)
