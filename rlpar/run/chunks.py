@@ -104,10 +104,10 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
              wait: Callable[[], Any] | None = None):
     """``(_Programs, compile seconds)``: the run's chunk program (``program.make_chunk``: any chunk length up to
     ``max_updates``; the state donated where ``platform.donate_state`` says so), the evaluation a branch of it or,
-    where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled after it. ``state()``: the state they run on, or its shapes and
-    shardings (called only when a program is compiled); ``lowered()``: called once the chunk is lowered, before XLA
-    compiles it, or before it is loaded whole; ``wait()``: what else the first update waits for (the init compiling
-    beside it), inside the compile seconds reported."""
+    where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled after it.
+    ``state()``: the state they run on, or its shapes and shardings (called only when a program is compiled);
+    ``lowered()``: called once the chunk is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``:
+    what else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
     if hooks.on_status:
@@ -121,6 +121,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     name = f"chunk of {max_updates}"
     if lowered is not None and program_cache.stored(name, prepared.programs):
         lowered()  # it will be loaded whole: what waits for its lowering (the init) starts beside the load
+
     def compile_chunk():
         given = state()
         donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
