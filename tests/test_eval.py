@@ -116,6 +116,23 @@ def test_a_chunk_program_without_donation_trains_bit_identically(eval_runs):
     jax.tree.map(np.testing.assert_array_equal, _rows(kept.state), _rows(off.state))
 
 
+def test_the_runners_chunk_program_donates_its_state_as_the_platform_decides():
+    # The choice reaches the compiled program: every leaf of the state aliased to an output (donated: XLA:CPU's
+    # answer) or none (the accelerators' for a small state). Read from the compiled HLO's input_output_alias: the
+    # args_info of the pmap backend's program marks only the first leaf donated (JAX 0.10.2) though XLA aliases all.
+    from rlpar.run import chunks, runner
+
+    run_config = RunConfig(devices=2, log_every=2, eval_every=0, compile_cache="off")
+    prepared = runner._prepare(agents.ppo.SPEC, TINY, run_config, None, None)
+    state = runner._initial_state(prepared, TINY, run_config, None)
+    schedule = runner._Schedule([2, 2, 1], 0, 0, TINY.seed)
+    for donate in (None, False):
+        with platform.forcing(donate_state=donate):
+            programs, _ = chunks._compile(prepared, run_config, lambda: state, schedule, 2, Hooks())
+        header = programs.chunk.as_text().split("\n", 1)[0]
+        assert header.count("-alias)") == (len(jax.tree.leaves(state)) if donate is None else 0)
+
+
 def test_the_donation_choice_reads_one_devices_rows_of_the_state():
     from rlpar.run import chunks
 
