@@ -34,12 +34,14 @@ class _Compiles:
     """XLA compilations counted from the runner's ``compiling`` status on."""
 
     def __init__(self):
-        self.count, self.counting, self.status = 0, False, []
+        self.count, self.counting, self.status, self.threads = 0, False, [], []
 
     def on_event(self, event, duration, **kwargs):
         # The init compiles in a thread of its own beside the chunk program (rlpar.run.runner.run): not counted here.
-        if event == COMPILE_EVENT and self.counting and not threading.current_thread().name.startswith("rlpar-init"):
+        thread = threading.current_thread().name
+        if event == COMPILE_EVENT and self.counting and not thread.startswith("rlpar-init"):
             self.count += 1
+            self.threads.append(thread.split("_")[0])  # an executor's thread: "<prefix>_<n>"
 
     def on_status(self, event, info):
         self.status.append(event)
@@ -101,6 +103,8 @@ def test_evaluation_as_a_program_of_its_own_matches_the_branch(eval_runs):
     finally:
         jax.monitoring.unregister_event_duration_listener(compiles.on_event)
     assert compiles.status == ["compiling", "compiled"] and compiles.count == 2
+    # the chunk on the calling thread, the evaluation in a thread beside it (both before "compiled")
+    assert sorted(compiles.threads) == ["MainThread", "rlpar-evaluation"], compiles.threads
     assert _without(separate.metrics, prefix=()) == _without(on.metrics, prefix=())
     assert [r["update"] for r in separate.metrics if "eval/episode_return" in r] == [2, 4, 5]
     jax.tree.map(np.testing.assert_array_equal, _rows(separate.state), _rows(on.state))

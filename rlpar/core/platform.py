@@ -282,7 +282,8 @@ def raveled_update(platform: str | None = None) -> bool:
 
 def evaluation_in_chunk(platform: str | None = None) -> bool:
     """Whether a run's greedy evaluation is a ``lax.cond`` branch of its chunk program (one program to compile) or a
-    program of its own, called after the chunks it follows: the forced answer if set, else on the fast paths.
+    program of its own (compiled beside the chunk's, ``rlpar.run.chunks``), called after the chunks it follows: the
+    forced answer if set, else on the fast paths.
 
     Why: on XLA:CPU (2 cores, AVX-512) the one program compiled faster, and the branch cost the updates nothing
     measurable: PPO's CartPole preset (20 updates, evaluating every 10) compiled in 6.4-6.6 s with the branch and
