@@ -94,7 +94,9 @@ def test_cli_writes_per_seed_metrics(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, evaluated", [
     (["--sweep", "gamma=0.9,0.99"], "eval gamma=0.9: "),
-    (["--devices", "2", "--population-devices", "2", "--search", "lr=1e-3,2e-3,3e-3,4e-3"], "eval best "),
+    # the same bug class on a 2-D mesh of device groups: a second cold process of 17 s, so with the slow runs
+    pytest.param(["--devices", "2", "--population-devices", "2", "--search", "lr=1e-3,2e-3,3e-3,4e-3"], "eval best ",
+                 marks=pytest.mark.slow),
 ], ids=["sweep", "population-over-device-groups"])
 def test_one_seed_for_many_slots_compiles_without_xla_error_lines(argv, evaluated):
     # Every slot of a one-seed sweep has seed index 0. Folded into the evaluation key under vmap, those equal
