@@ -8,17 +8,20 @@ five-value envs in ``FiveToSixStep``.
 
 ``reset_where_done`` is the auto-reset for environments whose reset costs far more than a step (Craftax builds a
 world; brax initialises its physics): it resets only the environments that finished, also under ``jax.vmap``.
+``reset_when_done`` gives an env made from gymnax's own the same for one env stepped unbatched (the collector's
+choice at one env per device: ``rlpar.core.platform.one_env_step``).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from envs.wrappers import Wrapper
+from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction, Wrapper
 
 # Where a gymnax 0.0.x-style env keeps its clock: (state field counting steps, params field holding the limit).
 # gymnax 0.0.x uses the first, Craftax the second.
@@ -210,3 +213,55 @@ def _reset_where_done(reset_env):
     fn = jax.custom_batching.custom_vmap(one)
     fn.def_vmap(batched)
     return fn
+
+
+class ResetWhenDone(Wrapper):
+    """gymnax 1.0's auto-resetting ``Environment.step`` (the same key split, ``is_truncated``, and ``info`` with
+    ``terminated``, ``truncated`` and ``final_observation``) for an env that inherits it, with the reset under a
+    ``lax.cond`` (``reset_where_done``): computed only at the steps that end an episode, where gymnax computes one at
+    every step and selects it. For one env stepped unbatched; under ``jax.vmap`` ``reset_where_done``'s loop over
+    the finished envs runs instead. The values are gymnax's up to float rounding (XLA fuses the step differently
+    around a cond than around a select)."""
+
+    def step(self, key, state, action, params=None):
+        env = self._env
+        params = env.default_params if params is None else params
+        key_step, key_reset = jax.random.split(key)
+        obs_st, state_st, reward, terminated, info = env.step_env(key_step, state, action, params)
+        truncated = jnp.asarray(env.is_truncated(state_st, params))
+        done = jnp.logical_or(terminated, truncated)
+        obs, state = reset_where_done(env.reset_env, done, key_reset, params, obs_st, state_st)
+        info = {**info, "terminated": terminated, "truncated": truncated, "final_observation": obs_st}
+        return obs, state, reward, terminated, truncated, info
+
+
+FORWARDING_WRAPPERS = (EpisodeStatistics, FlattenObservation, RescaleAction)  # each steps the env it wraps
+
+
+def inherits_gymnax_step(env: Any) -> bool:
+    """Whether ``env`` (not a wrapper) is a gymnax ``Environment`` that steps with gymnax's own ``step``."""
+    from envs.deferred import import_gymnax
+
+    base = import_gymnax().environments.environment.Environment
+    return isinstance(env, base) and getattr(type(env), "step", None) is base.step
+
+
+def reset_when_done(env: Any) -> Any | None:
+    """``env`` (as ``envs.make`` returns it) with its gymnax core in ``ResetWhenDone``: a copy of each wrapper
+    above it, the same env otherwise; ``None`` where the core has a ``step`` of its own (a five-value adapter, a
+    suite's env, a user's override) or a wrapper between them is not one of ``FORWARDING_WRAPPERS``."""
+    chain = []
+    core = env
+    while isinstance(core, Wrapper):
+        if type(core) not in FORWARDING_WRAPPERS:
+            return None
+        chain.append(core)
+        core = core._env
+    if not inherits_gymnax_step(core):
+        return None
+    rebuilt = ResetWhenDone(core)
+    for wrapper in reversed(chain):
+        wrapper = copy.copy(wrapper)
+        wrapper._env = rebuilt
+        rebuilt = wrapper
+    return rebuilt

@@ -13,7 +13,7 @@ from flax import struct
 from gymnax.environments import environment, spaces
 
 import envs
-from envs import registry
+from envs import adapters, registry, wrappers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -370,3 +370,61 @@ def test_bad_module_factory_string_is_one_clear_error(spec, named):
 def test_probes_stay_lazy_and_complete():
     assert set(envs.PROBES) <= set(envs.env_ids())
     assert envs.PROBES["Probe-OneStep-v0"]().name == "OneStep"
+
+
+# --- the reset computed only when an episode ended (envs.adapters.reset_when_done) ---------------------------------
+
+RESETS = []
+
+
+class CountingCorridor(Corridor):
+    """The corridor, counting the resets it computes (a host callback runs only where its branch runs)."""
+
+    def reset_env(self, key, params):
+        jax.debug.callback(lambda: RESETS.append(1))
+        return super().reset_env(key, params)
+
+
+class OwnStepCorridor(Corridor):
+    def step(self, key, state, action, params=None):
+        return super().step(key, state, action, params)
+
+
+def test_reset_when_done_computes_a_reset_only_at_the_steps_that_end_an_episode():
+    env, params = envs.make(CountingCorridor())
+    one = adapters.reset_when_done(env)
+    assert type(one) is type(env) and one is not env and type(one._env._env) is adapters.ResetWhenDone
+    assert env._env._env.__class__ is CountingCorridor  # the env it was made from is left as it was
+    gymnax_step = jax.jit(lambda k, s, a: env.step(k, s, a, params))
+    own_step = jax.jit(lambda k, s, a: one.step(k, s, a, params))
+    _, state = env.reset(jax.random.PRNGKey(0), params)
+    # right, right, right (the goal: terminated), then 10 steps standing still (truncated by the time limit)
+    actions = [1, 1, 1] + [0] * 10
+    counts, ended = {"gymnax": 0, "own": 0}, []
+    for i, action in enumerate(actions):
+        key, action = jax.random.PRNGKey(i), jnp.int32(action)
+        for name, step in (("gymnax", gymnax_step), ("own", own_step)):
+            RESETS.clear()
+            out = jax.block_until_ready(step(key, state, action))
+            jax.effects_barrier()
+            counts[name] += len(RESETS)
+            if name == "gymnax":
+                expected = out
+        jax.tree.map(np.testing.assert_array_equal, out, expected)  # the same values, info included
+        state = out[1]
+        if out[3] or out[4]:
+            ended.append(i)
+    assert ended == [2, 12]  # the goal at the third step, the time limit ten steps after
+    assert counts == {"gymnax": len(actions), "own": len(ended)}
+
+
+def test_reset_when_done_is_none_for_envs_with_a_step_of_their_own():
+    assert adapters.reset_when_done(envs.make(OwnStepCorridor())[0]) is None  # a user's override
+    assert adapters.reset_when_done(envs.make(OldCorridor())[0]) is None  # the five-value adapter resets itself
+
+    class Unknown(wrappers.Wrapper):
+        pass
+
+    env, _ = envs.make("CartPole-v1")
+    assert adapters.reset_when_done(Unknown(env)) is None  # a wrapper that may step its own way
+    assert adapters.reset_when_done(env) is not None

@@ -7,7 +7,7 @@ from gymnax.environments import environment, spaces
 
 import envs
 from envs.probes import ProbeParams
-from rlpar.core import rollout
+from rlpar.core import platform, rollout
 
 SCHEDULES = pytest.mark.parametrize("up_front", [True, False], ids=["keys-up-front", "keys-per-step"])
 
@@ -228,3 +228,38 @@ def test_the_platform_picks_the_key_schedule():
     assert rollout.keys_up_front(10 ** 9)
     rollout.set_keys_up_front(False)
     assert not rollout.keys_up_front(10)
+
+
+def _conds(jaxpr) -> int:
+    """``cond`` equations in a jaxpr, its sub-jaxprs included."""
+    found = 0
+    for eqn in jaxpr.eqns:
+        found += eqn.primitive.name == "cond"
+        for value in eqn.params.values():
+            for sub in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    found += _conds(inner)
+    return found
+
+
+@pytest.mark.parametrize("env_id", ["Breakout-MinAtar", "CartPole-v1"])
+def test_one_env_stepped_unbatched_collects_what_the_vmapped_step_does(env_id):
+    # platform.one_env_step: a collect of one env steps it unbatched, its reset under a cond taken only where the
+    # episode ended. These two envs' steps come out bit for bit the same either way (in general: up to rounding).
+    env, params = envs.make(env_id)
+    act_fn = lambda p, carry, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 3 if "Breakout" in env_id else 2),
+                                         carry, ())
+    runs, conds = {}, {}
+    for on in (False, True):
+        with platform.forcing(one_env_step=on):
+            for num_envs in (1, 2):
+                collect = rollout.make_collector(env, params, act_fn, 300)
+                state = rollout.reset(env, params, jax.random.PRNGKey(1), num_envs)
+                conds[on, num_envs] = _conds(jax.make_jaxpr(collect)(None, state).jaxpr)
+                runs[on, num_envs] = jax.jit(collect)(None, state)
+    assert int(np.asarray(runs[True, 1][1].episode_done).sum()) >= 3  # episodes ended, and the envs reset
+    for num_envs in (1, 2):
+        jax.tree.map(np.testing.assert_array_equal, runs[True, num_envs], runs[False, num_envs])
+    assert conds[True, 1] == conds[False, 1] + 1  # the reset's cond
+    assert conds[True, 2] == conds[False, 2]  # two envs: vmapped as ever

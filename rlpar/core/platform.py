@@ -133,7 +133,8 @@ def _check_unroll(steps):
 
 _CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
            "keys_up_front": _check_bool, "collector_unroll": _check_unroll, "raveled_update": _check_bool,
-           "gae_method": _check_gae, "evaluation_in_chunk": _check_bool, "donate_state": _check_bool}
+           "gae_method": _check_gae, "evaluation_in_chunk": _check_bool, "donate_state": _check_bool,
+           "one_env_step": _check_bool}
 CHOICES = tuple(_CHECKS)  # the choices ``forcing`` takes (the switch has its own ``fast_paths``)
 
 
@@ -415,6 +416,24 @@ def gather_layout(block: int, width: int) -> str:
 
 KEYS_UP_FRONT_MAX = 1 << 20  # off XLA:CPU, keys split before the scan up to this many (collector_keys_up_front)
 UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU (collector_unroll)
+
+
+def one_env_step() -> bool:
+    """Whether a collect of one env per device steps it unbatched with its reset computed only when its episode ended
+    (``envs.adapters.reset_when_done``: for envs made from gymnax's own, whose ``step`` computes a reset at every
+    step and selects it where the episode ended): the forced answer if set, else off on every backend.
+
+    Why off: on a TPU v5e an ad hoc form of it (the same reset under a ``jax.vmap`` of one env) took PPO on
+    Breakout-MinAtar at one env x 128 steps from 17,648 to 18,020 SPS (the raveled update and GAE's associative form
+    forced in both), and to 18,014 with neither forced, against 16,758 for the defaults earlier that day
+    (``benchmarks/results/2026-12-06/one_env_sparse_reset_tpu_v5e.jsonl``); this form is not measured on the chip,
+    nor on an env whose reset is cheap (CartPole-v1), where the cond may cost more than the reset it skips. On a
+    2-core Xeon (AVX-512), two rounds in one process at one env x 128 steps, off against on: Breakout-MinAtar 3,517
+    and 2,934 against 2,958 and 3,222 SPS, CartPole-v1 101k and 99k against 93k and 83k (medians of the chunks;
+    ``benchmarks/results/2026-12-06/one_env_step_cpu.jsonl``): within that shared host's spread on Breakout, perhaps
+    slower on CartPole. Its values are gymnax's up to float rounding, not bit for bit (the same returns in those
+    runs). ``benchmarks/train_sps.py --force one_env_step=on`` measures it."""
+    return bool(_forced.get("one_env_step"))
 
 
 def collector_keys_up_front(num_keys: int | None = None) -> bool:

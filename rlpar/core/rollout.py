@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from envs import adapters as env_adapters
 from rlpar.core import platform
 from rlpar.core.collectives import psum
 from rlpar.core.platform import KEYS_UP_FRONT_MAX, UNROLL_ACCELERATOR  # noqa: F401 (re-exported)
@@ -134,7 +135,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     """
     if bootstrap is not None:  # traced once: ``_hold_final`` asks its shapes and calls it (jit's trace cache)
         bootstrap = jax.jit(bootstrap)
-    step_envs = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+    step_envs = _env_stepper(env)
     initial_carry = initial_carry or (lambda n: ())
 
     def env_step(agent_state, carry: tuple[RolloutState, _Pending], key_act: jax.Array, keys_env: jax.Array):
@@ -192,6 +193,23 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
 # theirs, read when a collector is traced.
 keys_up_front = platform.collector_keys_up_front  # (num_keys) -> split every step's keys before the scan?
 set_keys_up_front = platform.set_keys_up_front  # force that for collectors traced from now on; None: by platform
+def _env_stepper(env):
+    """``(keys [B], env_state [B, ...], action [B, ...], params) -> step outputs [B, ...]``: ``env.step`` under
+    ``jax.vmap``; for one env, where ``platform.one_env_step`` says so and the env allows it
+    (``envs.adapters.reset_when_done``), that env stepped unbatched, its reset computed only when its episode ended."""
+    vmapped = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+
+    def step_envs(keys, env_state, action, params):
+        one = env_adapters.reset_when_done(env) if keys.shape[0] == 1 and platform.one_env_step() else None
+        if one is None:
+            return vmapped(keys, env_state, action, params)
+        first = lambda tree: jax.tree.map(lambda x: x[0], tree)  # noqa: E731
+        out = one.step(keys[0], first(env_state), first(action), params)
+        return jax.tree.map(lambda x: jnp.expand_dims(x, 0), out)
+
+    return step_envs
+
+
 scan_unroll = platform.collector_unroll  # (requested) -> environment steps per iteration of the collect's scan
 set_unroll = platform.set_collector_unroll  # force that for collectors traced from now on; None: by platform
 
