@@ -127,7 +127,6 @@ def test_a_pbt_round_ranks_and_copies_across_device_groups():
     assert back.population.return_sum.tolist() == [[0.0] * 4] * 2
 
 
-@pytest.mark.slow  # 31 s; PBT's resume is in the default run (tests/test_population.py), device groups too (above)
 def test_pbt_over_device_groups_resumes_bit_identically_and_the_group_devices_agree(tiny_run, killed_run):
     resumed = resume_and_compare(*killed_run, tiny_run, killed_before=[2])  # killed before update 4's save
     # a checkpoint reads [devices per group, members, ...] whatever the groups: 2 x 4 here

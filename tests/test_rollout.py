@@ -243,13 +243,15 @@ def _conds(jaxpr) -> int:
     return found
 
 
-@pytest.mark.parametrize("env_id", ["Breakout-MinAtar", "CartPole-v1"])
+@pytest.mark.parametrize("env_id", ["Breakout-MinAtar", "Probe-OneStep-v0"])
 def test_one_env_stepped_unbatched_collects_what_the_vmapped_step_does(env_id):
     # platform.one_env_step: a collect of one env steps it unbatched, its reset under a cond taken only where the
-    # episode ended. These two envs' steps come out bit for bit the same either way (in general: up to rounding).
+    # episode ended. Both envs' dynamics are integer arithmetic (the probe's episode ends at every step), so the
+    # values are the vmapped step's bit for bit; a float env's are only up to rounding (XLA fuses the step
+    # differently around a cond).
     env, params = envs.make(env_id)
-    act_fn = lambda p, carry, obs, key: (jax.random.randint(key, obs.shape[:1], 0, 3 if "Breakout" in env_id else 2),
-                                         carry, ())
+    actions = env.action_space(params).n
+    act_fn = lambda p, carry, obs, key: (jax.random.randint(key, obs.shape[:1], 0, actions), carry, ())  # noqa: E731
     runs, conds = {}, {}
     for on in (False, True):
         with platform.forcing(one_env_step=on):
@@ -263,3 +265,33 @@ def test_one_env_stepped_unbatched_collects_what_the_vmapped_step_does(env_id):
         jax.tree.map(np.testing.assert_array_equal, runs[True, num_envs], runs[False, num_envs])
     assert conds[True, 1] == conds[False, 1] + 1  # the reset's cond
     assert conds[True, 2] == conds[False, 2]  # two envs: vmapped as ever
+
+
+@pytest.mark.slow
+def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices():
+    # The runner's path: 2 devices x 2 seeds, one env per device and seed (num_envs counts every device's). Under
+    # the slots' vmap the reset's cond becomes reset_where_done's loop over the slots whose episode ended. The
+    # episodes (Breakout-MinAtar's integer dynamics) are the same bit for bit; the parameters only up to rounding,
+    # as XLA fuses the update of a program with a different collect differently (a few 1e-11 apart here).
+    import agents
+    from agents.ppo import PPOConfig
+    from rlpar.run.runner import RunConfig, run
+
+    config = PPOConfig.for_env("Breakout-MinAtar", platform="cpu").replace(
+        num_envs=2, num_steps=64, total_timesteps=2 * 64 * 3, num_minibatches=2, update_epochs=1,
+        hidden_sizes=(16, 16))
+    results = {}
+    for on in (False, True):
+        with platform.forcing(one_env_step=on):
+            results[on] = run(agents.ppo.SPEC, config, RunConfig(devices=2, num_seeds=2, log_every=3, eval_every=0))
+    strip = lambda records: [{k: v for k, v in r.items() if k not in ("time_s", "sps", "startup_s")}  # noqa: E731
+                             for r in records]
+    assert strip(results[True].metrics) == strip(results[False].metrics)
+    def same(a, b):  # integers, booleans and keys (the environments' states, the episodes' counts) bit for bit
+        if np.issubdtype(np.asarray(a).dtype, np.floating):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+        else:
+            np.testing.assert_array_equal(a, b)
+
+    jax.tree.map(same, jax.device_get(results[True].state), jax.device_get(results[False].state))
+    assert any("episode_return" in r for r in results[True].metrics)  # episodes ended: the resets ran

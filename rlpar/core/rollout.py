@@ -189,14 +189,12 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     return collect
 
 
-# The collector's per-backend choices live in rlpar.core.platform, with the measurements behind them; these names are
-# theirs, read when a collector is traced.
-keys_up_front = platform.collector_keys_up_front  # (num_keys) -> split every step's keys before the scan?
-set_keys_up_front = platform.set_keys_up_front  # force that for collectors traced from now on; None: by platform
 def _env_stepper(env):
     """``(keys [B], env_state [B, ...], action [B, ...], params) -> step outputs [B, ...]``: ``env.step`` under
     ``jax.vmap``; for one env, where ``platform.one_env_step`` says so and the env allows it
-    (``envs.adapters.reset_when_done``), that env stepped unbatched, its reset computed only when its episode ended."""
+    (``envs.adapters.reset_when_done``), that env stepped unbatched, its reset computed only when its episode ended.
+    Under a vmap over slots (seeds, sweeps, a population) "one env" is one per slot: the cond of the reset then
+    becomes ``envs.adapters.reset_where_done``'s loop over the slots whose episode ended."""
     vmapped = jax.vmap(env.step, in_axes=(0, 0, 0, None))
 
     def step_envs(keys, env_state, action, params):
@@ -210,6 +208,10 @@ def _env_stepper(env):
     return step_envs
 
 
+# The collector's per-backend choices live in rlpar.core.platform, with the measurements behind them; these names are
+# theirs, read when a collector is traced.
+keys_up_front = platform.collector_keys_up_front  # (num_keys) -> split every step's keys before the scan?
+set_keys_up_front = platform.set_keys_up_front  # force that for collectors traced from now on; None: by platform
 scan_unroll = platform.collector_unroll  # (requested) -> environment steps per iteration of the collect's scan
 set_unroll = platform.set_collector_unroll  # force that for collectors traced from now on; None: by platform
 

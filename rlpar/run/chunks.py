@@ -109,7 +109,10 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     beside it.
     ``state()``: the state they run on, or its shapes and shardings (called only when a program is compiled);
     ``lowered()``: called once the chunk is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``:
-    what else the first update waits for (the init compiling beside it), inside the compile seconds reported."""
+    what else the first update waits for (the init compiling beside it), inside the compile seconds reported. A
+    program traced in a thread of its own (the evaluation here, the init in ``rlpar.run.build``) is traced outside
+    the JAX configuration contexts of the calling thread (``with jax.default_matmul_precision(...)``): set such
+    options with ``jax.config.update`` for them to reach every program."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
     if hooks.on_status:
@@ -123,48 +126,54 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     name = f"chunk of {max_updates}"
 
     def compile_evaluation():
-        return program_cache.load_or_compile(
+        before = compile_cache.hits()  # counted per thread: this one's
+        compiled, loaded = program_cache.load_or_compile(
             "evaluation", lambda: parallel.compile_step(make_evaluation_step, prepared.devices, state(),
                                                         shared=example, backend=run_config.device_backend,
                                                         groups=groups, donate=False),
             prepared.programs)
+        return compiled, loaded, compile_cache.hits() > before
 
     separate = make_evaluation_step is not None and bool(schedule.eval_every)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-evaluation") as pool:
-        pending = []
+    if separate:  # before a second thread traces: two threads importing one module can deadlock (rlpar.run.build)
+        program_cache.initialize_lapack(prepared.devices[0].platform)
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-evaluation")
+    pending, evaluation, evaluation_cached = [], None, False
 
-        def on_lowered():
-            # The evaluation is traced, lowered and compiled in a thread once the chunk program is lowered: beside the
-            # chunk's XLA compile, which holds no Python lock (as the init is, rlpar.run.build). One after the other
-            # they took 18.8 s on a TPU v5e (PPO's Breakout-MinAtar preset; 12.1-12.4 s with evaluation off).
-            if lowered is not None:
-                lowered()
-            if separate and not pending:
-                pending.append(pool.submit(compile_evaluation))
+    def start_evaluation():
+        if separate and not pending:
+            pending.append(pool.submit(compile_evaluation))
 
+    def on_lowered():
+        # The evaluation is traced, lowered and compiled in a thread once the chunk program is lowered: beside the
+        # chunk's XLA compile, which holds no Python lock (as the init is, rlpar.run.build). One after the other
+        # they took 18.8 s on a TPU v5e (PPO's Breakout-MinAtar preset; 12.1-12.4 s with evaluation off).
+        if lowered is not None:
+            lowered()
+        start_evaluation()
+
+    def compile_chunk():
+        given = state()
+        donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
+        return parallel.compile_step(make_step, prepared.devices, given, shared=example, donate=donate,
+                                     backend=run_config.device_backend, groups=groups, lowered=on_lowered)
+
+    try:
         if program_cache.stored(name, prepared.programs):
             on_lowered()  # it will be loaded whole: what waits for its lowering starts beside the load
-
-        def compile_chunk():
-            given = state()
-            donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)),
-                                           prepared.devices[0].platform)
-            return parallel.compile_step(make_step, prepared.devices, given, shared=example, donate=donate,
-                                         backend=run_config.device_backend, groups=groups, lowered=on_lowered)
-
         compiled, loaded = program_cache.load_or_compile(name, compile_chunk, prepared.programs)
-        evaluation = None
         if separate:
-            if not pending:  # the chunk program was loaded whole, never lowered here
-                pending.append(pool.submit(compile_evaluation))
-            evaluation, loaded_too = pending[0].result()
+            start_evaluation()  # a no-op unless the chunk program was loaded whole, never lowered here
+            evaluation, loaded_too, evaluation_cached = pending[0].result()
             loaded = loaded and loaded_too
+    finally:  # on an error or Ctrl-C, an evaluation not started yet never starts
+        pool.shutdown(wait=False, cancel_futures=True)
     if wait is not None:
         wait()
     compile_s = time.perf_counter() - start
     if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.run.program_cache
-        hooks.on_status("compiled", {"seconds": compile_s, "cached": loaded or compile_cache.hits() > hits,
-                                     "saved": loaded})
+        cached = loaded or evaluation_cached or compile_cache.hits() > hits
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": cached, "saved": loaded})
     return _Programs(compiled, evaluation), compile_s
 
 
