@@ -8,6 +8,16 @@ import jax.numpy as jnp
 from agents.ppo import Batch
 
 
+def jaxpr_eqns(jaxpr):
+    """Every equation of ``jaxpr`` and of the jaxprs inside it (scan bodies, cond branches, ...)."""
+    import jax.extend.core
+
+    for eqn in jaxpr.eqns:
+        yield eqn
+        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+            yield from jaxpr_eqns(sub)
+
+
 def random_batch(key, n, obs_dim=4):
     """A PPO minibatch of ``n`` random CartPole-shaped transitions."""
     k = jax.random.split(key, 6)

@@ -122,16 +122,9 @@ def test_a_config_s_collector_unroll_beats_the_backend_s_and_a_forced_answer_bea
 
 
 def _scan_unrolls(jaxpr) -> list:
-    import jax
-    import jax.extend.core  # noqa: F401 - jaxprs_in_params
+    from tests.helpers import jaxpr_eqns
 
-    found = []
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "scan":
-            found.append(eqn.params["unroll"])
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            found += _scan_unrolls(sub)
-    return found
+    return [eqn.params["unroll"] for eqn in jaxpr_eqns(jaxpr) if eqn.primitive.name == "scan"]
 
 
 @pytest.mark.parametrize("requested, expected", [(0, 1), (4, 4)])

@@ -2,7 +2,6 @@
 buffer, target updates, warm-up, the replay config's checks, and the buffer under both device backends."""
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -12,6 +11,7 @@ from agents.dqn import DQNConfig
 from agents.replay import ReplayConfig, ReplayItem, gradient_steps, make_replay, transitions, update_target
 from rlpar.core import parallel
 from rlpar.core.rollout import Experience, RolloutState, Transition
+from tests.helpers import jaxpr_eqns
 
 
 def test_transitions_take_the_final_observation_where_a_step_was_truncated():
@@ -113,17 +113,9 @@ def test_gradient_steps_draw_before_their_loop_and_hand_each_step_its_slice():
     np.testing.assert_allclose(info["reward"], expected, rtol=1e-6)  # item i holds reward i
     # nothing random is drawn inside the steps' loop
     jaxpr = jax.make_jaxpr(run)(jax.random.PRNGKey(0))
-    bodies = [e.params["jaxpr"] for e in _eqns(jaxpr.jaxpr) if e.primitive.name == "scan"]
+    bodies = [e.params["jaxpr"] for e in jaxpr_eqns(jaxpr.jaxpr) if e.primitive.name == "scan"]
     assert bodies and not any(e.primitive.name in ("random_bits", "threefry2x32", "random_split", "random_wrap")
-                              for body in bodies for e in _eqns(body.jaxpr))
-
-
-def _eqns(jaxpr):
-    """Every equation of ``jaxpr`` and of the jaxprs inside it."""
-    for eqn in jaxpr.eqns:
-        yield eqn
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            yield from _eqns(sub)
+                              for body in bodies for e in jaxpr_eqns(body.jaxpr))
 
 
 @pytest.mark.parametrize("changes, devices, message", [

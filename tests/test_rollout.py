@@ -8,6 +8,7 @@ from gymnax.environments import environment, spaces
 import envs
 from envs.probes import ProbeParams
 from rlpar.core import platform, rollout
+from tests.helpers import jaxpr_eqns
 
 SCHEDULES = pytest.mark.parametrize("up_front", [True, False], ids=["keys-up-front", "keys-per-step"])
 
@@ -231,16 +232,7 @@ def test_the_platform_picks_the_key_schedule():
 
 
 def _conds(jaxpr) -> int:
-    """``cond`` equations in a jaxpr, its sub-jaxprs included."""
-    found = 0
-    for eqn in jaxpr.eqns:
-        found += eqn.primitive.name == "cond"
-        for value in eqn.params.values():
-            for sub in value if isinstance(value, (tuple, list)) else (value,):
-                inner = getattr(sub, "jaxpr", sub)
-                if hasattr(inner, "eqns"):
-                    found += _conds(inner)
-    return found
+    return sum(eqn.primitive.name == "cond" for eqn in jaxpr_eqns(jaxpr))
 
 
 @pytest.mark.parametrize("env_id", ["Breakout-MinAtar", "Probe-OneStep-v0"])
