@@ -295,10 +295,11 @@ def add_force_argument(parser) -> None:
     """``--force CHOICE=VALUE`` (repeatable): answer one of ``rlpar.core.platform``'s per-backend choices as given
     (``fast_paths=on|off`` for the switch; ``collector_unroll=4``, ``raveled_update=on``, ``shuffle_method=sort``, ...),
     to time the answers against each other on one backend. ``apply_forcing`` applies them."""
+    from rlpar.core import platform  # jax imported, no backend started
+
     parser.add_argument("--force", action="append", default=[], metavar="CHOICE=VALUE",
-                        help="force one of rlpar.core.platform's choices (fast_paths, collector_unroll, "
-                             "raveled_update, keys_up_front, shuffle_method, shuffle_block, gather_layout, gae_method, "
-                             "evaluation_in_chunk)")
+                        help="force one of rlpar.core.platform's choices "
+                             f"({', '.join(('fast_paths', *platform.CHOICES))})")
 
 
 def parse_forcing(items: Sequence[str]) -> dict:

@@ -29,7 +29,7 @@ CHOICES = {
     "gae_method": (lambda: platform.gae_method(), "scan", "scan"),  # the associative form only when forced
     "evaluation_in_chunk": (lambda: platform.evaluation_in_chunk(), True, False),
     "donate_state": (lambda: platform.donate_state(4 << 20), True, False),  # PPO's state at one env: about 4 MiB
-    "one_env_step": (lambda: platform.one_env_step(), False, False),  # only when forced, until measured on a chip
+    "one_env_step": (lambda: platform.one_env_step(), False, True),
 }
 
 

@@ -421,19 +421,22 @@ UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU 
 def one_env_step() -> bool:
     """Whether a collect of one env per device steps it unbatched with its reset computed only when its episode ended
     (``envs.adapters.reset_when_done``: for envs made from gymnax's own, whose ``step`` computes a reset at every
-    step and selects it where the episode ended): the forced answer if set, else off on every backend.
+    step and selects it where the episode ended): the forced answer if set, else off on the fast paths, on elsewhere.
 
-    Why off: on a TPU v5e an ad hoc form of it (the same reset under a ``jax.vmap`` of one env) took PPO on
-    Breakout-MinAtar at one env x 128 steps from 17,648 to 18,020 SPS (the raveled update and GAE's associative form
-    forced in both), and to 18,014 with neither forced, against 16,758 for the defaults earlier that day
-    (``benchmarks/results/2026-12-06/one_env_sparse_reset_tpu_v5e.jsonl``); this form is not measured on the chip,
-    nor on an env whose reset is cheap (CartPole-v1), where the cond may cost more than the reset it skips. On a
-    2-core Xeon (AVX-512), two rounds in one process at one env x 128 steps, off against on: Breakout-MinAtar 3,517
-    and 2,934 against 2,958 and 3,222 SPS, CartPole-v1 101k and 99k against 93k and 83k (medians of the chunks;
-    ``benchmarks/results/2026-12-06/one_env_step_cpu.jsonl``): within that shared host's spread on Breakout, perhaps
-    slower on CartPole. Its values are gymnax's up to float rounding, not bit for bit (the same returns in those
-    runs). ``benchmarks/train_sps.py --force one_env_step=on`` measures it."""
-    return bool(_forced.get("one_env_step"))
+    Why: at one env a step on an accelerator is a chain of tiny kernels, and the vmap of one env plus a reset at
+    every step are a share of them. On a TPU v5e, PPO at one env x 128 steps, two rounds in one process, off against
+    on: Breakout-MinAtar 16,755 and 16,805 against 24,592 and 24,649 SPS (rejax 15,083 in that run: 1.11x against
+    1.63x), CartPole-v1 50,775 and 50,653 against 61,401 and 61,455 (rejax 30,700), the compile within a second
+    (``benchmarks/results/2026-12-07/one_env_step_tpu_v5e.jsonl``). On a 2-core Xeon (AVX-512), two rounds in one
+    process, off against on: Breakout-MinAtar 3,517 and 2,934 against 2,958 and 3,222 SPS, CartPole-v1 101k and 99k
+    against 93k and 83k (medians of the chunks; ``benchmarks/results/2026-12-06/one_env_step_cpu.jsonl``): within
+    that shared host's spread on Breakout, perhaps slower on CartPole, so XLA:CPU keeps the vmap. Its values are
+    gymnax's up to float rounding, not bit for bit (the same returns in those runs).
+    ``benchmarks/train_sps.py --force one_env_step=on|off`` measures it."""
+    forced = _forced.get("one_env_step")
+    if forced is not None:
+        return forced
+    return not cpu_fast_paths()
 
 
 def collector_keys_up_front(num_keys: int | None = None) -> bool:
