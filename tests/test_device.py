@@ -1,6 +1,9 @@
-"""What must hold on whatever backend JAX finds (marker ``device``): the default run takes them on the CPU, and on a
-machine with an accelerator ``python -m pytest -m device -n 0`` runs them there (the TPU or GPU is JAX's default
-backend; the four fake CPU devices of ``conftest.py`` are not used). Each names the backend it ran on in its output.
+"""What must hold on whatever backend JAX finds (marker ``device``): on a machine with an accelerator
+``python -m pytest -m device -n 0`` runs them there (the TPU or GPU is JAX's default backend; the four fake CPU
+devices of ``conftest.py`` are not used); on the CPU they are also marked ``slow``, so CI's slow run takes them and
+the default run does not, as every check here is made on the CPU by a test of the default run too (bit-identical
+resumes in ``test_checkpoint.py``, slots against single programs in ``test_seeds.py``, learning on the probes and
+CartPole, a user's env in ``test_engine_api.py``). Each names the backend it ran on in its output.
 
 Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
 a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it;
@@ -21,7 +24,7 @@ from rlpar.run.checkpoint import Checkpoints
 from rlpar.tools import train as train_cli
 from rlpar.tools.evaluate import evaluate
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device, pytest.mark.slow]
 
 SMALL = PPOConfig(num_envs=16, num_steps=32, total_timesteps=16 * 32 * 4, num_minibatches=2, update_epochs=2,
                   hidden_sizes=(32, 32))
