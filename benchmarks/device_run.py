@@ -14,8 +14,8 @@ hold it; each part's JSON lines go to a file of its own under ``--out``:
   later process is then pinned to), libtpu's version or ``nvidia-smi``'s line, where JAX came from, the host CPU;
 - ``summary.md``: the accelerator, the tables and every row not measured with its reason, also printed at the end.
 
-Time. A call on the lent TPU machine may last 600 s, so the whole command, installs included, has ``--budget-s``
-(570 s) from ``device_run.sh``'s start. Each process gets a share of what is left in proportion to ``EXPECTED_S``;
+Time. A command on the TPU machine it was written for may last 600 s, so the whole command, installs included,
+has ``--budget-s`` (570 s) from ``device_run.sh``'s start. Each process gets a share of what is left in proportion to ``EXPECTED_S``;
 it starts no row after its share is spent (``--deadline``: the row gets a ``not_measured`` line instead) and is
 stopped ``grace_s`` later (the row in flight is lost and named), and never after the budget's end.
 

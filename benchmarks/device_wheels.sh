@@ -2,7 +2,7 @@
 # Downloads the wheels that benchmarks/device_run.sh installs on a machine with no network, into .whl/ (or $1):
 # the packages of benchmarks/device_requirements/GROUP.txt for each of $WHEEL_GROUPS (default: shared rlpar rejax,
 # 30 wheels, 14 MB), without their dependencies (the lists name every one that is needed), for CPython $PYVER
-# (default 3.11, the lent TPU machine's) on x86-64 Linux. Run it where pip reaches the package index, then carry
+# (default 3.11, the TPU machine's) on x86-64 Linux. Run it where pip reaches the package index, then copy
 # the working tree with .whl/ to the other machine and run `bash benchmarks/device_run.sh` there.
 #
 #   PYTHON=.venv/bin/python bash benchmarks/device_wheels.sh

@@ -1,9 +1,9 @@
 """What must hold on whatever backend JAX finds (marker ``device``): on a machine with an accelerator
 ``python -m pytest -m device -n 0`` runs them there (the TPU or GPU is JAX's default backend; the four fake CPU
-devices of ``conftest.py`` are not used); on the CPU they are also marked ``slow``, so CI's slow run takes them and
-the default run does not, as every check here is made on the CPU by a test of the default run too (bit-identical
-resumes in ``test_checkpoint.py``, slots against single programs in ``test_seeds.py``, learning on the probes and
-CartPole, a user's env in ``test_engine_api.py``). Each names the backend it ran on in its output.
+devices of ``conftest.py`` are not used). They are also marked ``slow``: the default run skips them, as each check
+here is made on the CPU by a test of the default run too (bit-identical resumes in ``test_checkpoint.py``, slots
+against single programs in ``test_seeds.py``, learning on the probes, a user's env in ``test_engine_api.py``), and
+CI's slow run takes them. Each names the backend it ran on in its output.
 
 Same seed twice, byte-identical; a short PPO run learns CartPole; a user's own env through ``agents.ppo.train``;
 a run cut after a checkpoint and resumed ends bit-identical to the run that was not cut; ``rlpar.evaluate`` on it;
@@ -47,6 +47,16 @@ def test_the_same_seed_twice_is_byte_identical_and_another_seed_differs():
     assert any(a.tobytes() != b.tobytes() for a, b in zip(first, other))
 
 
+def test_one_env_per_device_twice_is_byte_identical():
+    # One env per device is how a TPU steps it unbatched, its reset under a cond (rlpar.core.platform.one_env_step);
+    # 128 steps of CartPole end several episodes, so the reset's branch runs.
+    one = SMALL.replace(num_envs=1, total_timesteps=32 * 4)
+    first, again = (agents.ppo.train(one, "CartPole-v1", devices=1, log_every=1) for _ in range(2))
+    assert any("episode_return" in m for m in first.metrics)
+    a, b = _leaves(first.state), _leaves(again.state)
+    assert len(a) == len(b) and all(x.tobytes() == y.tobytes() for x, y in zip(a, b))
+
+
 def test_a_short_ppo_run_learns_cartpole():
     # A random policy's episodes last about 22 steps; 100k steps of the preset's settings reach well past 100.
     config = PPOConfig.for_env("CartPole-v1").replace(num_envs=16, num_steps=128, total_timesteps=16 * 128 * 60,
@@ -65,9 +75,9 @@ def test_a_users_own_env_trains_through_the_library():
     assert lengths and max(lengths) <= 20  # the user's 20-step time limit holds
 
 
-def _argv(run_dir: Path) -> list[str]:
-    return ["ppo", "--env", "CartPole-v1", "--devices", "1", "--num-envs", "16", "--num-steps", "32",
-            "--total-timesteps", str(16 * 32 * 4), "--num-minibatches", "2", "--update-epochs", "2",
+def _argv(run_dir: Path, num_envs: int) -> list[str]:
+    return ["ppo", "--env", "CartPole-v1", "--devices", "1", "--num-envs", str(num_envs), "--num-steps", "32",
+            "--total-timesteps", str(num_envs * 32 * 4), "--num-minibatches", "2", "--update-epochs", "2",
             "--hidden-sizes", "32,32", "--log-every", "1", "--checkpoint-every", "2", "--eval-every", "0",
             "--no-compile-cache", "--run-dir", str(run_dir)]
 
@@ -77,9 +87,10 @@ def _final_state(run_dir: Path):
     return checkpoints.restore(checkpoints.latest()).state
 
 
-def test_a_run_cut_after_a_checkpoint_resumes_bit_identically_and_evaluates(tmp_path):
+@pytest.mark.parametrize("num_envs", [16, 1])  # 1: how a TPU steps one env (one_env_step)
+def test_a_run_cut_after_a_checkpoint_resumes_bit_identically_and_evaluates(tmp_path, num_envs):
     whole, cut = tmp_path / "whole", tmp_path / "cut"
-    assert train_cli.main(_argv(whole)) == 0
+    assert train_cli.main(_argv(whole, num_envs)) == 0
     shutil.copytree(whole, cut)
     shutil.rmtree(cut / rundir.CHECKPOINTS / "4")  # as if stopped after update 3: the newest checkpoint is update 2
     assert Checkpoints(cut / rundir.CHECKPOINTS).committed_steps() == [2]

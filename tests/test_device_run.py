@@ -287,7 +287,7 @@ def test_the_full_plan_has_every_row_at_128_steps():
             flags = dict(zip(row.argv[::2], row.argv[1::2]))
             assert flags["--num-steps"] == "128" and flags["--num-envs"] == str(row.num_envs)
             assert kind == "rejax" or flags["--collector-unroll"] == "0"  # the backend's collector, not a preset's
-    assert device_run.FULL.budget_s <= 570  # a call on the lent TPU machine lasts at most 600 s
+    assert device_run.FULL.budget_s <= 570  # a command on the TPU machine may last at most 600 s
 
 
 def test_breakout_at_65536_envs_is_skipped_where_its_observations_cannot_fit():

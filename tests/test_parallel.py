@@ -102,7 +102,8 @@ def test_fused_collectives_equal_leafwise_ones_and_keep_dtypes_and_shapes():
     assert collectives.pmean(tree, None) is tree
 
 
-@pytest.mark.slow  # the default run keeps devices bit-identical in test_params_bit_identical_across_devices_after_updates
+# the default run keeps devices bit-identical in test_params_bit_identical_across_devices_after_updates
+@pytest.mark.slow
 def test_without_advantage_normalisation_devices_stay_identical_and_the_update_differs():
     raw = run(agents.ppo.SPEC, SMALL.replace(normalize_advantages=False), RunConfig(devices=4, log_every=3))
     copies = parallel.replicas(raw.state.agent.params)

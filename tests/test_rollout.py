@@ -263,7 +263,7 @@ def test_one_env_stepped_unbatched_collects_what_the_vmapped_step_does(env_id):
 @pytest.mark.parametrize("num_seeds", [1, 2])
 def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices(num_seeds):
     # The runner's path: 2 devices x 1 or 2 seeds, one env per device and seed (num_envs counts every device's): one
-    # seed takes the reset's cond under shard_map (the accelerators' default path at one env); under the slots'
+    # seed takes the reset's cond inside the device mapping (the TPU's default path at one env); under the slots'
     # vmap of two seeds the cond becomes reset_where_done's loop over the slots whose episode ended. The
     # episodes (Breakout-MinAtar's integer dynamics) are the same bit for bit; the parameters only up to rounding,
     # as XLA fuses the update of a program with a different collect differently (a few 1e-11 apart here).
@@ -277,7 +277,8 @@ def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices
     results = {}
     for on in (False, True):
         with platform.forcing(one_env_step=on):
-            results[on] = run(agents.ppo.SPEC, config, RunConfig(devices=2, num_seeds=num_seeds, log_every=3, eval_every=0))
+            results[on] = run(agents.ppo.SPEC, config,
+                              RunConfig(devices=2, num_seeds=num_seeds, log_every=3, eval_every=0))
     strip = lambda records: [{k: v for k, v in r.items() if k not in ("time_s", "sps", "startup_s")}  # noqa: E731
                              for r in records]
     assert strip(results[True].metrics) == strip(results[False].metrics)

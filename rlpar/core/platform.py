@@ -296,7 +296,7 @@ def evaluation_in_chunk(platform: str | None = None) -> bool:
     per call, the chunk program took 8.27-8.33 ms per update, jitted, pmapped or as the runner compiles it, and a bare
     ``scan`` of updates 7.52-7.73 (``benchmarks/results/2026-12-06/chunk_overhead_one_env_tpu_v5e.jsonl``); the
     same programs split apart: 8.33-8.41 ms with the branch against 7.66-7.69 without it, whether the loop was a
-    ``fori_loop`` over the traced count or a ``lax.scan`` (``docs/accelerators.md``, "What is not met yet"). A GPU
+    ``fori_loop`` over the traced count or a ``lax.scan`` (``docs/accelerators.md``, "One env per device"). A GPU
     takes the accelerators' answer; it is not measured there."""
     inside = _forced.get("evaluation_in_chunk")
     return cpu_fast_paths(platform) if inside is None else inside
@@ -421,22 +421,25 @@ UNROLL_ACCELERATOR = 2  # steps per iteration of the collect's scan off XLA:CPU 
 def one_env_step() -> bool:
     """Whether a collect of one env per device steps it unbatched with its reset computed only when its episode ended
     (``envs.adapters.reset_when_done``: for envs made from gymnax's own, whose ``step`` computes a reset at every
-    step and selects it where the episode ended): the forced answer if set, else off on the fast paths, on elsewhere.
+    step and selects it where the episode ended): the forced answer if set, else off on the fast paths and on a GPU,
+    on elsewhere (a TPU; on the CPU with the fast paths off, the TPU's answer).
 
     Why: at one env a step on an accelerator is a chain of tiny kernels, and the vmap of one env plus a reset at
     every step are a share of them. On a TPU v5e, PPO at one env x 128 steps, two rounds in one process, off against
     on: Breakout-MinAtar 16,755 and 16,805 against 24,592 and 24,649 SPS (rejax 15,083 in that run: 1.11x against
-    1.63x), CartPole-v1 50,775 and 50,653 against 61,401 and 61,455 (rejax 30,700), the compile within a second
-    (``benchmarks/results/2026-12-07/one_env_step_tpu_v5e.jsonl``). On a 2-core Xeon (AVX-512), two rounds in one
-    process, off against on: Breakout-MinAtar 3,517 and 2,934 against 2,958 and 3,222 SPS, CartPole-v1 101k and 99k
-    against 93k and 83k (medians of the chunks; ``benchmarks/results/2026-12-06/one_env_step_cpu.jsonl``): within
-    that shared host's spread on Breakout, perhaps slower on CartPole, so XLA:CPU keeps the vmap. Its values are
-    gymnax's up to float rounding, not bit for bit (the same returns in those runs).
+    1.63x), CartPole-v1 50,775 and 50,653 against 61,401 and 61,455 (rejax 30,700); compile 11.5 against 11.4 s on
+    Breakout, 7.6 against 9.6 s on CartPole (``benchmarks/results/2026-12-07/one_env_step_tpu_v5e.jsonl``). On a
+    2-core Xeon (AVX-512), two rounds in one process, off against on: Breakout-MinAtar 3,517 and 2,934 against 2,958
+    and 3,222 SPS, CartPole-v1 101k and 99k against 93k and 83k (medians of the chunks;
+    ``benchmarks/results/2026-12-06/one_env_step_cpu.jsonl``): within that shared host's spread on Breakout, perhaps
+    slower on CartPole, so XLA:CPU keeps the vmap. Not measured on a GPU, where a ``lax.cond`` inside a loop reads its
+    predicate back to the host at every step: off there until it is. Its values are gymnax's up to float rounding
+    (bit for bit on envs of integer dynamics such as Breakout-MinAtar; the same returns in those runs).
     ``benchmarks/train_sps.py --force one_env_step=on|off`` measures it."""
     forced = _forced.get("one_env_step")
     if forced is not None:
         return forced
-    return not cpu_fast_paths()
+    return not cpu_fast_paths() and jax.default_backend() != "gpu"
 
 
 def collector_keys_up_front(num_keys: int | None = None) -> bool:
