@@ -282,6 +282,7 @@ def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices
     strip = lambda records: [{k: v for k, v in r.items() if k not in ("time_s", "sps", "startup_s")}  # noqa: E731
                              for r in records]
     assert strip(results[True].metrics) == strip(results[False].metrics)
+
     def same(a, b):  # integers, booleans and keys (the environments' states, the episodes' counts) bit for bit
         if np.issubdtype(np.asarray(a).dtype, np.floating):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
