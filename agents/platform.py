@@ -11,8 +11,9 @@ figure that chose it (and tabulated in ``docs/accelerators.md``, "What each back
 2. ``agents.layers.Conv3x3``: a 3x3 convolution written as a dense layer over 3x3 patches (``conv_as_patches``).
 3. The optimizer step (``agents.ppo.learner``, with ``agents.optim``'s chain): the update run on all parameters
    raveled into one vector, a few fused kernels per step instead of a few per parameter array (``raveled_update``).
-4. ``jax.random``'s threefry hash unrolled instead of run as a five-iteration loop (``rlpar.core.cpu_paths``, with
-   ``rlpar.core.platform.threefry_unrolled``: the engine's collector draws random numbers in every step).
+4. ``jax.random``'s threefry hash unrolled instead of run as a five-iteration loop in the programs rlpar lowers
+   (``rlpar.core.cpu_paths``, with ``rlpar.core.platform.threefry_unrolled``: the engine's collector draws random
+   numbers in every step); importing this module changes nothing in JAX.
 
 Each trick costs something a JAX user expects: a ``custom_vjp`` has no forward-mode rule, so ``jax.jvp`` and
 ``jax.hessian`` fail through it; the tricks were measured on float32 only; and on GPU/TPU the library layers are the
@@ -34,7 +35,6 @@ switch before building and tracing, not between calls of a compiled function.
 
 from __future__ import annotations
 
-from rlpar.core.cpu_paths import install
 from rlpar.core.host_cpu import xla_cpu_avx512
 from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as_patches, cpu_fast_paths,
                                  dense_fast_path, fast_paths, forced, plain_layers_requested, raveled_update, resolve,
@@ -42,5 +42,3 @@ from rlpar.core.platform import (DENSE_FAST_ROWS_AVX2, PLAIN_LAYERS_ENV, conv_as
 
 __all__ = ["DENSE_FAST_ROWS_AVX2", "PLAIN_LAYERS_ENV", "conv_as_patches", "cpu_fast_paths", "dense_fast_path",
            "fast_paths", "plain_layers_requested", "raveled_update", "resolve", "set_fast_paths", "xla_cpu_avx512"]
-
-install()  # the threefry lowering follows the same switch

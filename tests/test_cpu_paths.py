@@ -1,5 +1,7 @@
-"""rlpar.core.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop, and every draw is the
-same."""
+"""rlpar.core.cpu_paths: with the fast paths on, XLA:CPU runs threefry without its round loop in the programs rlpar
+lowers (inside ``cpu_paths.lowering()``), JAX's own loop in every other program, and every draw is the same."""
+
+import contextlib
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,7 @@ from rlpar.core import cpu_paths
 @pytest.fixture(autouse=True)
 def switch_unset(monkeypatch):
     monkeypatch.delenv(cpu_paths.PLAIN_LAYERS_ENV, raising=False)
-    assert cpu_paths.install()  # the pinned JAX has the internals it replaces
+    assert cpu_paths.install()  # a JAX of jax_internals.CHECKED: the rule is registered
     with cpu_paths.fast_paths(None):
         yield
 
@@ -26,10 +28,12 @@ def draws(key):
     return keys, uniform, actions, bits
 
 
-def compiled(fast: bool | None = None):
-    """``draws`` compiled with the switch at ``fast``; a new function each time, so that JAX's caches of traced and
-    lowered functions cannot hand back a program lowered under the other setting."""
-    with cpu_paths.fast_paths(fast):
+def compiled(fast: bool | None = None, rlpar_program: bool = True):
+    """``draws`` compiled with the switch at ``fast``, as rlpar lowers its programs (``rlpar_program``) or as any
+    other code does; a new function each time, so that JAX's caches of traced and lowered functions cannot hand back a
+    program lowered under the other setting."""
+    scope = cpu_paths.lowering() if rlpar_program else contextlib.nullcontext()
+    with cpu_paths.fast_paths(fast), scope:
         return jax.jit(lambda key: draws(key)).lower(jax.random.PRNGKey(0)).compile()
 
 
@@ -46,6 +50,15 @@ def test_same_values_both_ways_and_as_jax_draws_them():
 def test_fast_path_has_no_round_loop_plain_path_keeps_jaxs():
     assert "while" not in compiled(True).as_text()
     assert "while" in compiled(False).as_text()  # JAX's rolled loop: the plain path is JAX's own program
+
+
+def test_other_programs_keep_jaxs_loop_on_the_fast_paths():
+    assert "while" in compiled(True, rlpar_program=False).as_text()
+    with cpu_paths.lowering():
+        with cpu_paths.lowering():  # nested blocks: still inside until the outer one ends
+            pass
+        assert "while" not in compiled(True, rlpar_program=False).as_text()
+    assert "while" in compiled(True, rlpar_program=False).as_text()
 
 
 def test_environment_variable_turns_it_off(monkeypatch):
@@ -73,6 +86,6 @@ def test_rolled_threefry_is_for_this_thread_only():
 
 
 def test_an_empty_draw_on_the_fast_path_is_empty():
-    with cpu_paths.fast_paths(True):
+    with cpu_paths.fast_paths(True), cpu_paths.lowering():
         program = jax.jit(lambda key: jax.random.bits(key, (0, 3), jnp.uint32)).lower(jax.random.PRNGKey(0)).compile()
     assert program(jax.random.PRNGKey(0)).shape == (0, 3)

@@ -77,9 +77,9 @@ MAX_CPU_DEVICES = max(8, os.cpu_count() or 1)  # see request_cpu_devices
 
 def backends_started() -> bool:
     """Whether JAX has started its backends in this process (after which the CPU device count is fixed)."""
-    from jax._src import xla_bridge
+    from rlpar.core import jax_internals
 
-    return bool(getattr(xla_bridge, "_backends", None))
+    return jax_internals.backends_started()
 
 
 def request_cpu_devices(n: int) -> None:

@@ -35,6 +35,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from rlpar.core import cpu_paths
 from rlpar.core.collectives import POPULATION_AXIS
 
 AXIS_NAME = "devices"
@@ -315,7 +316,8 @@ def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence,
     this project supports, ``jax/_src/pmap.py``) takes the global arrays as they are, like the shard_map backend's.
     """
     mapped = map_step(make_step, devices, donate=donate, backend=backend, shared=shared is not None, groups=groups)
-    program = mapped.lower(state) if shared is None else mapped.lower(state, shared)
+    with cpu_paths.lowering():  # rlpar's own program: threefry as rlpar.core.platform decides
+        program = mapped.lower(state) if shared is None else mapped.lower(state, shared)
     if lowered is not None:
         lowered()
     return program.compile()

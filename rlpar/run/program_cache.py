@@ -67,6 +67,8 @@ from typing import Any, Callable, NamedTuple
 
 from jax.experimental import serialize_executable
 
+from rlpar.core import jax_internals
+
 SUBDIR = "programs"  # under the compilation cache's directory (JAX's own entries are files at its top level)
 SUFFIX = ".program"
 MARKER = ".seen"  # a run whose programs came from JAX's cache, so were not stored: the next such run compiles them
@@ -353,8 +355,9 @@ def load(program_key: str | None, devices: list):
     try:
         with open(path, "rb") as file:
             entry = pickle.load(file)
-        if entry["lapack"]:  # its LAPACK calls are bound when the library is set up, which lowering does: do it here
-            initialize_lapack(devices[0].platform)
+        # its LAPACK calls are bound when the library is set up, which lowering does: do it here, or miss
+        if entry["lapack"] and not initialize_lapack(devices[0].platform):
+            return None
         compiled = serialize_executable.deserialize_and_load(*entry["executable"], backend=devices[0].client,
                                                              execution_devices=list(devices))
         os.utime(path)  # recently used: evicted last
@@ -363,15 +366,15 @@ def load(program_key: str | None, devices: list):
     return compiled
 
 
-def initialize_lapack(platform: str) -> None:
+def initialize_lapack(platform: str) -> bool:
     """Set up the CPU LAPACK kernels a program's custom calls name (as ``jax.export`` does before running a
     deserialized program): without it such a program crashes the process. Only for ``platform`` ``"cpu"``: another
-    backend's programs call no LAPACK, and the set-up (SciPy's linalg import) cost 0.8 s of a warm start on a TPU."""
+    backend's programs call no LAPACK, and the set-up (SciPy's linalg import) is slow on a warm start. ``False``
+    where this JAX cannot do it (``rlpar.core.jax_internals``): then no program that calls LAPACK is stored or
+    loaded."""
     if platform != "cpu":
-        return
-    from jax._src.lax import linalg
-
-    linalg.initialize_lapack()
+        return True
+    return jax_internals.initialize_lapack()
 
 
 def store(program_key: str | None, compiled) -> bool:
@@ -380,7 +383,10 @@ def store(program_key: str | None, compiled) -> bool:
     if program_key is None or _directory[0] is None:
         return False
     try:
-        entry = {"lapack": "lapack_" in compiled.as_text(), "executable": serialize_executable.serialize(compiled)}
+        lapack = "lapack_" in compiled.as_text()
+        if lapack and not jax_internals.checked():  # could not be loaded safely (load)
+            return False
+        entry = {"lapack": lapack, "executable": serialize_executable.serialize(compiled)}
         blob = pickle.dumps(entry)
         _directory[0].mkdir(parents=True, exist_ok=True)
         path = _path(program_key)
