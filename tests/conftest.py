@@ -9,6 +9,29 @@ import jax
 import pytest
 
 NUM_TEST_DEVICES = 4
+
+# The compatibility set (``python -m pytest -m compat``): tests that between them compile every kind of program a run
+# makes (each agent's chunk and evaluation programs, a resume, ``rlpar.evaluate``, a sweep, a population, the docs'
+# dry runs) and the JAX-version-specific code. CI runs it on the JAX leg that does not run the whole default set.
+COMPAT = (
+    "tests/test_library_api.py::test_train_runs_on_a_tiny_budget_and_returns_the_documented_result",
+    "tests/test_eval.py::test_every_agent_evaluates_through_its_policy_export_with_known_probe_answers",
+    "tests/test_checkpoint.py::test_sigkill_between_checkpoints_then_resume_is_bit_identical_evaluations_included",
+    "tests/test_evaluate.py::test_evaluate_cli_reports_mean_and_std_of_the_greedy_policy",
+    "tests/test_seeds.py::test_one_seed_for_many_slots_compiles_without_xla_error_lines",
+    "tests/test_population.py::test_pbt_run_compiles_one_program_while_its_values_change",
+    "tests/test_marl_agents.py::test_sigkill_then_resume_is_bit_identical_and_the_team_evaluates",
+    "tests/test_docs.py::test_skipped_blocks_training_command_passes_a_dry_run",
+    "tests/test_jax_internals.py",
+    "tests/test_cpu_paths.py",
+    "tests/test_compiling.py",
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid.startswith(COMPAT):
+            item.add_marker(pytest.mark.compat)
 WORKER_MEMORY = 4 * 2**30  # a worker's peak (about 1.9 GB resident) and the CLI runs it starts, with room
 
 

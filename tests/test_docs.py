@@ -15,7 +15,8 @@ runs with ``--dry-run``, which checks everything and compiles nothing, so no doc
 Each block runs in a fresh temporary directory, so its relative paths land there, with this checkout importable
 (``PYTHONPATH``) and this interpreter's directory first on ``PATH`` (``python`` is the test's python); shell blocks
 run with ``bash -e``, Python blocks as a script in a fresh process. ``WANDB_MODE=offline`` is set, so no block
-reaches the network.
+reaches the network. A block (or a skipped block's command) that uses an optional extra this venv lacks (an env of
+a suite, ``--wandb``) is skipped with the extra's name: the README's test command installs only ``.[test]``.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+from envs.suites import SUITES
 
 REPO = Path(__file__).resolve().parents[1]
 DOCUMENTS = [REPO / "README.md", REPO / "benchmarks" / "README.md", *sorted((REPO / "docs").glob("*.md"))]
@@ -106,6 +109,38 @@ def _param(block: Block):
     return pytest.param(block, id=block.where, marks=marks)
 
 
+_SUITE_ENV = {"craftax": re.compile(r"Craftax-"), "brax": re.compile(r"\bbrax-"), "marl": re.compile(r"\bmarl-")}
+_WANDB = re.compile(r"--wandb\b|import wandb")
+
+
+def _importable(package: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
+
+
+def missing_extras(code: str) -> list[str]:
+    """The optional extras that ``code`` (a block, or one command) uses and this venv lacks."""
+    missing = [name for name, uses in _SUITE_ENV.items()
+               if uses.search(code) and not _importable(SUITES[name].package)]
+    if _WANDB.search(code) and not _importable("wandb"):
+        missing.append("wandb")
+    return missing
+
+
+def skip_without_extras(code: str, where: str) -> None:
+    missing = missing_extras(code)
+    if missing:
+        pytest.skip(f"{where} needs the {', '.join(missing)} extra: pip install -e \".[{','.join(missing)}]\"")
+
+
+def test_missing_extras_reads_envs_and_flags():
+    assert missing_extras("python -m rlpar.train ppo --env CartPole-v1") == []
+    expected = [name for name in ("marl",) if not _importable(SUITES[name].package)]
+    assert missing_extras("python -m rlpar.train ippo --env marl-MPE_simple_spread_v3") == expected
+    assert missing_extras("python -m rlpar.train ppo --wandb") == ([] if _importable("wandb") else ["wandb"])
+
+
 def test_every_shell_and_python_block_is_marked():
     unmarked = [b.where for b in ALL_BLOCKS if b.mode is None]
     assert not unmarked, f"blocks without a <!-- test: run|slow|skip --> line before them: {unmarked}"
@@ -150,6 +185,7 @@ def _block_env() -> dict:
 
 @pytest.mark.parametrize("block", [_param(b) for b in ALL_BLOCKS if b.mode is not None])
 def test_doc_block_runs(block: Block, tmp_path):
+    skip_without_extras(block.code, block.where)
     env = _block_env()
     if block.language == "shell":
         script = tmp_path / "block.sh"
@@ -190,6 +226,7 @@ def test_skipped_blocks_training_commands_are_found():
                          ids=[f"{where}:{i}" for i, (where, _) in enumerate(SKIPPED_COMMANDS)])
 def test_skipped_blocks_training_command_passes_a_dry_run(where, command, tmp_path):
     # A skipped block never runs here; its training commands still must parse and pass every check a run makes.
+    skip_without_extras(command, where)
     proc = subprocess.run(["bash", "-c", f"{command} --dry-run"], cwd=tmp_path, env=_block_env(),
                           capture_output=True, text=True, timeout=TIMEOUT_S["run"])
     assert proc.returncode == 0, f"{where}: {command} --dry-run exited with {proc.returncode}:\n{proc.stderr[-3000:]}"
