@@ -305,11 +305,13 @@ def replicate(tree: Any, devices: Sequence, groups: int = 1) -> Any:
 
 def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence, state: Any, *, shared: Any = None,
                  backend: str = "pmap", donate: bool = True, groups: int = 1,
-                 lowered: Callable[[], None] | None = None) -> Callable:
+                 lowered: Callable[[], None] | None = None,
+                 run: Callable[[Callable[[], Any]], Any] | None = None) -> Callable:
     """``map_step`` compiled ahead of time for ``state`` (as ``map_init`` returns it) and, if given, an example
     ``shared`` argument (as ``replicate`` places it): ``step(state[, shared]) -> (state, metrics)`` on global
     arrays, for either backend and any number of processes. ``lowered()``, if given, is called between lowering
-    and XLA's compile (which holds no Python lock: the runner starts the init's lowering there).
+    and XLA's compile (which holds no Python lock: the runner starts the init's lowering there); ``run``, if given,
+    runs that compile (``run(compile) -> compiled``: the runner waits for it in a thread, ``rlpar.run.compiling``).
 
     In a multi-process run this is how to run a step. A plain call of a multi-process ``jax.pmap`` expects and
     returns only this process's rows; its compiled program (pmap is ``jit`` over ``shard_map`` in the JAX versions
@@ -320,7 +322,7 @@ def compile_step(make_step: Callable[[str | None], Callable], devices: Sequence,
         program = mapped.lower(state) if shared is None else mapped.lower(state, shared)
     if lowered is not None:
         lowered()
-    return program.compile()
+    return program.compile() if run is None else run(program.compile)
 
 
 def replicas(tree: Any) -> list[Any]:

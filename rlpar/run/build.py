@@ -1,12 +1,12 @@
 """Compile the run's programs: the chunk program (``chunks._compile``) with the init lowered and compiled beside it in
-a thread, or the init alone; an error while they are traced becomes one ``BuildError`` line.
+a thread, or the init alone; an error while they are traced becomes one ``BuildError`` line. Every compile is waited
+for through ``rlpar.run.compiling``, so Ctrl-C and a scheduler's signal are taken while XLA compiles.
 
 It imports ``prepare`` (the prepared run) and ``chunks`` (the chunk program's compile), never ``runner``.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import threading
 from typing import Callable
@@ -16,7 +16,7 @@ import numpy as np
 
 from rlpar.core import parallel, platform, program
 from rlpar.core.agent import AgentSpec
-from rlpar.run import checkpoint, chunks, program_cache
+from rlpar.run import checkpoint, chunks, compiling, preemption, program_cache
 from rlpar.run.config import RunConfig
 from rlpar.run.prepare import _Prepared
 
@@ -33,7 +33,7 @@ def _building(agent: AgentSpec, run_config: RunConfig):
 
     try:
         yield
-    except (KeyboardInterrupt, checkpoint.CheckpointError):
+    except (KeyboardInterrupt, checkpoint.CheckpointError, preemption.Preempted):
         raise
     except Exception as err:  # noqa: BLE001
         raise BuildError(str(errors.from_user_code(f"building the programs of agent {agent.name!r} on env "
@@ -41,11 +41,15 @@ def _building(agent: AgentSpec, run_config: RunConfig):
 
 
 def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: chunks._Schedule,
-           max_updates: int, hooks: chunks.Hooks):
-    """``(compiled programs (chunks._Programs), compile seconds, initial state)``."""
+           max_updates: int, hooks: chunks.Hooks, compiles: compiling.Compiles | None = None):
+    """``(compiled programs (chunks._Programs), compile seconds, initial state)``; ``compiles``: how the main thread
+    waits for them (``rlpar.run.compiling``)."""
+    compiles = compiles if compiles is not None else compiling.Compiles()
     if restored is not None or jax.process_count() > 1:
-        state = _initial_state(prepared, config, run_config, restored)
-        compiled, compile_s = chunks._compile(prepared, run_config, lambda: state, schedule, max_updates, hooks)
+        state = (_initial_state(prepared, config, run_config, restored) if restored is not None else
+                 compiles.call("init", lambda: _initial_state(prepared, config, run_config, None)))
+        compiled, compile_s = chunks._compile(prepared, run_config, lambda: state, schedule, max_updates, hooks,
+                                              compiles=compiles)
         return compiled, compile_s, state
     # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
     # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
@@ -55,20 +59,19 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread.
     program_cache.initialize_lapack(prepared.devices[0].platform)
     init = _Init(prepared, config, run_config)
-    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-init") as pool:
-        pending = []
+    pending = []  # the init's thread: on an error or Ctrl-C it is left to finish on its own
 
-        def start_init():
-            if not pending:
-                pending.append(pool.submit(_initial_state, prepared, config, run_config, None, init))
+    def start_init():
+        if not pending:
+            pending.append(compiles.start("init", lambda: _initial_state(prepared, config, run_config, None, init)))
 
-        def initial_state():
-            start_init()  # a no-op once started; _compile starts it unless it returns with nothing to build
-            return pending[0].result()
+    def initial_state():
+        start_init()  # a no-op once started; _compile starts it unless it returns with nothing to build
+        return compiles.wait(pending[0])
 
-        compiled, compile_s = chunks._compile(prepared, run_config, init.shapes, schedule, max_updates, hooks,
-                                              start_init, initial_state)
-        return compiled, compile_s, initial_state()
+    compiled, compile_s = chunks._compile(prepared, run_config, init.shapes, schedule, max_updates, hooks,
+                                          start_init, initial_state, compiles)
+    return compiled, compile_s, initial_state()
 
 
 INIT_COMPILER_OPTIONS = platform.INIT_COMPILER_OPTIONS

@@ -8,7 +8,6 @@ checkpoint, the non-finite stop), never ``build`` or ``runner``.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import jax
 import numpy as np
 
 from rlpar.core import episodes, hosts, parallel, platform, population, program, seeds
-from rlpar.run import checkpoint, compile_cache, guard, preemption, program_cache
+from rlpar.run import checkpoint, compile_cache, compiling, guard, preemption, program_cache
 from rlpar.run.config import RunConfig
 from rlpar.run.logs import RunLogger
 from rlpar.run.prepare import _Prepared
@@ -39,8 +38,9 @@ class Hooks(NamedTuple):
     ``started_at`` (a ``time.time()`` of the process start) the first chunk's record gets ``startup_s``."""
 
     on_log: Callable[[dict], None] | None = None  # each chunk's record
-    on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("compiled", {"seconds"}),
-    # ("restoring", {"run_dir"}), ("resumed", {"update", "checkpoint"})
+    on_status: Callable[[str, dict], None] | None = None  # ("compiling", {}), ("still compiling", {"programs",
+    # "seconds"}) (rlpar.run.compiling), ("compiled", {"seconds"}), ("restoring", {"run_dir"}), ("resumed",
+    # {"update", "checkpoint"})
     started_at: float | None = None
 
 
@@ -102,7 +102,7 @@ def _bytes_per_device(state: Any, num_devices: int) -> int:
 
 def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
              max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
-             wait: Callable[[], Any] | None = None):
+             wait: Callable[[], Any] | None = None, compiles: compiling.Compiles | None = None):
     """``(_Programs, compile seconds)``: the run's chunk program (``program.make_chunk``: any chunk length up to
     ``max_updates``; the state donated where ``platform.donate_state`` says so), the evaluation a branch of it or,
     where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled in a thread
@@ -112,9 +112,12 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     what else the first update waits for (the init compiling beside it), inside the compile seconds reported. A
     program traced in a thread of its own (the evaluation here, the init in ``rlpar.run.build``) is traced outside
     the JAX configuration contexts of the calling thread (``with jax.default_matmul_precision(...)``): set such
-    options with ``jax.config.update`` for them to reach every program."""
+    options with ``jax.config.update`` for them to reach every program. The chunk program is traced and lowered on
+    the calling thread; XLA's compile of it, and every other wait, go through ``compiles`` (``rlpar.run.compiling``:
+    signals and Ctrl-C are taken while XLA compiles)."""
     if not schedule.lengths:  # a finished run resumed: nothing to compile
         return None, 0.0
+    compiles = compiles if compiles is not None else compiling.Compiles()
     if hooks.on_status:
         hooks.on_status("compiling", {})
     start, hits = time.perf_counter(), compile_cache.hits()
@@ -137,12 +140,11 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     separate = make_evaluation_step is not None and bool(schedule.eval_every)
     if separate:  # before a second thread traces: two threads importing one module can deadlock (rlpar.run.build)
         program_cache.initialize_lapack(prepared.devices[0].platform)
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlpar-evaluation")
     pending, evaluation, evaluation_cached = [], None, False
 
     def start_evaluation():
         if separate and not pending:
-            pending.append(pool.submit(compile_evaluation))
+            pending.append(compiles.start("evaluation", compile_evaluation))
 
     def on_lowered():
         # The evaluation is traced, lowered and compiled in a thread once the chunk program is lowered: beside the
@@ -156,18 +158,18 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
         given = state()
         donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
         return parallel.compile_step(make_step, prepared.devices, given, shared=example, donate=donate,
-                                     backend=run_config.device_backend, groups=groups, lowered=on_lowered)
+                                     backend=run_config.device_backend, groups=groups, lowered=on_lowered,
+                                     run=lambda compile: compiles.call("chunk", compile))
 
-    try:
+    # on an error or Ctrl-C, an evaluation not started yet never starts; one started is left to finish on its own
+    with compiles.compiling("chunk"):
         if program_cache.stored(name, prepared.programs):
             on_lowered()  # it will be loaded whole: what waits for its lowering starts beside the load
         compiled, loaded = program_cache.load_or_compile(name, compile_chunk, prepared.programs)
-        if separate:
-            start_evaluation()  # a no-op unless the chunk program was loaded whole, never lowered here
-            evaluation, loaded_too, evaluation_cached = pending[0].result()
-            loaded = loaded and loaded_too
-    finally:  # on an error or Ctrl-C, an evaluation not started yet never starts
-        pool.shutdown(wait=False, cancel_futures=True)
+    if separate:
+        start_evaluation()  # a no-op unless the chunk program was loaded whole, never lowered here
+        evaluation, loaded_too, evaluation_cached = compiles.wait(pending[0])
+        loaded = loaded and loaded_too
     if wait is not None:
         wait()
     compile_s = time.perf_counter() - start
@@ -247,7 +249,8 @@ def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: A
         latest = done  # known here: a process other than 0 may return from the save before 0 commits it
     elif out.checkpoints is not None:
         latest = out.checkpoints.latest()
-    raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process")
+    raise preemption.Preempted(done, latest, run_config.run_dir, out.watch.requested or "a signal to another process",
+                               compiling=state is None)
 
 
 @contextlib.contextmanager

@@ -5,7 +5,8 @@ SLURM, Kubernetes and most batch systems send SIGTERM some seconds before they k
 (``sbatch --signal=USR1@120``). While ``Watch`` is active either signal only sets a flag: the runner checks it after
 each chunk of updates (a compiled chunk cannot be cut short), saves a checkpoint there and raises ``Preempted``; the
 command line then prints one line and exits with ``EXIT_CODE``. A resumed run continues from that checkpoint as from
-any other, so it ends bit-identical to a run never stopped.
+any other, so it ends bit-identical to a run never stopped. A signal while the run's programs compile stops it at
+once, with nothing new to save (``rlpar.run.compiling``: the main thread waits for XLA in short slices).
 
 Two things end the process at once instead, with exit code ``128 + signal`` as an unhandled signal would: the same
 signal a second time, and ``grace_s`` seconds passing after the first one without the run having stopped (a long
@@ -26,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+from typing import Callable
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
 EXIT_CODE = 75  # EX_TEMPFAIL (sysexits.h): stopped on request at a clean point; resume to continue
@@ -34,12 +36,14 @@ GRACE_S = 60  # default seconds from the first signal to the forced end
 
 class Preempted(Exception):
     """The run stopped at ``update`` because the scheduler asked (``signal_name``); ``checkpoint_update``: the
-    checkpoint it saved there (or ``None``: no run dir, or checkpoints off)."""
+    checkpoint it saved there (or ``None``: no run dir, or checkpoints off); ``compiling``: asked before its first
+    chunk, while compiling (``checkpoint_update``: the newest checkpoint, or ``None``: none yet)."""
 
-    def __init__(self, update: int, checkpoint_update: int | None, run_dir: str, signal_name: str):
+    def __init__(self, update: int, checkpoint_update: int | None, run_dir: str, signal_name: str,
+                 compiling: bool = False):
         super().__init__(f"preempted ({signal_name}) at update {update}")
         self.update, self.checkpoint_update, self.run_dir = update, checkpoint_update, run_dir
-        self.signal_name = signal_name
+        self.signal_name, self.compiling = signal_name, compiling
 
 
 class Watch:
@@ -50,6 +54,8 @@ class Watch:
     def __init__(self, grace_s: float = GRACE_S):
         self.grace_s = grace_s
         self.requested: str | None = None  # the first signal's name, e.g. "SIGTERM"
+        self.compiling: Callable[[], str] | None = None  # while the run compiles and stops on a signal: what it
+        # compiles, e.g. "the chunk program" (set by rlpar.run.compiling.Compiles)
         self._previous: dict = {}
         self._timer: threading.Timer | None = None
 
@@ -71,9 +77,13 @@ class Watch:
         if self.requested is not None:
             _end_now(signum, f"{name} again: stopping now")
         self.requested = name
-        print(f"rlpar: {name} received: finishing the current chunk of updates, then saving a checkpoint "
-              f"(a second {name}, or {self.grace_s:g}s without finishing, ends the run at once)",
-              file=sys.stderr, flush=True)
+        if self.compiling is not None:
+            print(f"rlpar: {name} received while compiling {self.compiling()}: nothing to save yet, stopping",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"rlpar: {name} received: finishing the current chunk of updates, then saving a checkpoint "
+                  f"(a second {name}, or {self.grace_s:g}s without finishing, ends the run at once)",
+                  file=sys.stderr, flush=True)
         self._timer = threading.Timer(self.grace_s, _end_now, (signum, f"no clean stop within {self.grace_s:g}s of "
                                                                           f"{name}: stopping now"))
         self._timer.daemon = True

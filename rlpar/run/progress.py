@@ -2,7 +2,9 @@
 
 Both show env steps, steps per second, the latest mean episode return and an ETA. The ETA is the updates left times
 the mean seconds per update of the chunks this process has run (compile time excluded). While the update program
-compiles (``compiling`` / ``compiled``) the display says so instead of standing still.
+compiles (``compiling`` / ``compiled``) the display says so instead of standing still; a compile longer than a few
+seconds (``still_compiling``) is shown with the programs it waits for and the seconds so far, and past ``SAFE_S``
+with a word that Ctrl-C stops the run safely.
 
 A record with a greedy evaluation (``eval/episode_return``, see ``--eval-every``) adds its mean return (``eval``);
 the live bar keeps showing the latest one.
@@ -19,6 +21,8 @@ import sys
 from typing import TextIO
 
 COMPILING = "compiling the update program..."
+SAFE_S = 60  # from here a long compile's status names the programs and says that Ctrl-C is safe
+PLAIN_MARKS_S = (5, 15, 30)  # without a live bar, a long compile prints a line at these seconds, then once a minute
 EVAL_RETURN = "eval/episode_return"  # a record's mean greedy-evaluation return, when it has one
 MEMBERS = ["<members>"]  # slot_labels of a population run (--search): show the best member, not every one
 
@@ -155,6 +159,20 @@ def format_eta(seconds: float | None) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
+def format_compiling(programs: str, seconds: float) -> str:
+    """A long compile's status: ``"compiling the chunk program... 12s"``, and from ``SAFE_S`` on ``"still compiling
+    the evaluation program (75s); Ctrl-C stops the run safely"``."""
+    if seconds < SAFE_S:
+        return f"compiling {programs}... {seconds:.0f}s"
+    return f"still compiling {programs} ({seconds:.0f}s); Ctrl-C stops the run safely"
+
+
+def plain_marks_passed(seconds: float) -> int:
+    """How many of the plain display's compile lines are due by ``seconds``: one at each of ``PLAIN_MARKS_S``, then
+    one a minute; e.g. 4 s -> 0, 16 s -> 2, 61 s -> 4, 125 s -> 5."""
+    return sum(mark <= seconds for mark in PLAIN_MARKS_S) + int(seconds // 60)
+
+
 def _has_rich() -> bool:
     import importlib.util
 
@@ -164,9 +182,10 @@ def _has_rich() -> bool:
 class ProgressDisplay:
     """Use as ``with ProgressDisplay(num_updates, batch_size) as show: run(..., on_log=show)``.
 
-    Around compilation the runner calls ``show.compiling()`` and then ``show.compiled(seconds, cached)``: on a
-    terminal the bar's status reads ``compiling the update program...`` and then a line ``compiled in 6.4s`` is
-    printed above it; otherwise the two are plain lines.
+    Around compilation the runner calls ``show.compiling()``, ``show.still_compiling(programs, seconds)`` while a
+    compile lasts, and then ``show.compiled(seconds, cached)``: on a terminal the bar's status reads ``compiling the
+    update program...`` (then ``compiling the chunk program... 12s``) and then a line ``compiled in 6.4s`` is
+    printed above it; otherwise they are plain lines, the long compile's a few only.
 
     Args:
       num_updates: updates in the whole run.
@@ -190,6 +209,7 @@ class ProgressDisplay:
         self._last_update = start_update
         self._progress = None
         self._task = None
+        self._compile_lines = 0  # lines printed about the compile in progress
 
     def eta_s(self) -> float | None:
         if not self._updates:
@@ -223,11 +243,27 @@ class ProgressDisplay:
 
     def compiling(self) -> None:
         """Say that the update program is compiling (call before compiling; the first chunk waits for it)."""
+        self._compile_lines = 0
         if self._progress is not None:
             self._progress.update(self._task, status=COMPILING)
             self._progress.refresh()  # now: compiling holds the main thread for seconds
         else:
             print(COMPILING, file=self.stream, flush=True)
+
+    def still_compiling(self, programs: str, seconds: float) -> None:
+        """Say that ``programs`` (``"the chunk program"``) are compiling, ``seconds`` after the compile began: on a
+        terminal the bar's status at every call, and from ``SAFE_S`` on a line above it once a minute (the bar crops
+        a long status on a narrow terminal); otherwise a line at ``plain_marks_passed``'s moments only."""
+        line = format_compiling(programs, seconds)
+        due = int(seconds // SAFE_S) if self._progress is not None else plain_marks_passed(seconds)
+        if self._progress is not None:
+            self._progress.update(self._task, status=line)
+            self._progress.refresh()
+            if due > self._compile_lines:
+                self._progress.console.print(line, highlight=False)
+        elif due > self._compile_lines:
+            print(line, file=self.stream, flush=True)
+        self._compile_lines = max(self._compile_lines, due)
 
     def compiled(self, seconds: float, cached: bool | None = None, saved: bool = False) -> None:
         """Say that compiling took ``seconds``; ``cached=True``: the program came from the compilation cache

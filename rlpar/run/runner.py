@@ -21,7 +21,7 @@ import jax
 
 from rlpar.core import hosts, parallel, program
 from rlpar.core.agent import AgentSpec
-from rlpar.run import build, chunks, preemption, rundir
+from rlpar.run import build, chunks, compiling, preemption, rundir
 from rlpar.run.build import (INIT_COMPILER_OPTIONS, INIT_CPU_COMPILER_OPTIONS, BuildError, _Init,  # noqa: F401
                              _initial_state, _seeded_init, compile_init)
 from rlpar.run.chunks import (Hooks, Interrupted, _chunks_done, _control, _Outputs, _Schedule,  # noqa: F401
@@ -110,9 +110,9 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
     schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
     max_updates = min(run_config.log_every, config.num_updates)
     try:
-        with build._building(agent, run_config):
+        with build._building(agent, run_config), _compiles(watch, hooks, run_config, checkpoints, done) as compiles:
             compiled, compile_s, state = build._build(prepared, config, run_config, restored, schedule, max_updates,
-                                                      hooks)
+                                                      hooks, compiles)
         records = [] if restored is None else _previous_records(logger, run_config, restored)
         outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch,
                            run_config.population_devices)
@@ -122,6 +122,18 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
             logger.close()
     params = getattr(state.agent, "params", state.agent)
     return TrainResult(parallel.first_replica(params, run_config.population_devices), records, state, compile_s)
+
+
+def _compiles(watch: preemption.Watch, hooks: Hooks, run_config: RunConfig, checkpoints, done: int):
+    """How the main thread waits while the run compiles (``rlpar.run.compiling``): a signal stops a single-process run
+    there with ``Preempted`` (nothing new to save: its newest checkpoint, if any, is the one it started from). A
+    multi-process run's processes stop together after their first chunk instead (``chunks._stop_if_preempted``)."""
+
+    def stop(signal_name: str) -> preemption.Preempted:
+        latest = checkpoints.latest() if checkpoints is not None else None
+        return preemption.Preempted(done, latest, run_config.run_dir, signal_name, compiling=True)
+
+    return compiling.Compiles(watch, stop if jax.process_count() == 1 else None, hooks.on_status)
 
 
 def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bool):

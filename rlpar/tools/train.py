@@ -292,6 +292,11 @@ def _space(space) -> str:
 
 def _preempted_line(stop) -> str:
     """What a run stopped by SIGTERM or SIGUSR1 prints: where it stopped and how to continue."""
+    if stop.compiling and stop.checkpoint_update is None:
+        return f"preempted while compiling, before the first update ({stop.signal_name}); nothing to save yet"
+    if stop.compiling:
+        return (f"preempted while compiling ({stop.signal_name}); newest checkpoint: update {stop.checkpoint_update}; "
+                f"continue with: {_prog()} --resume {stop.run_dir}")
     if stop.checkpoint_update is None:
         why = "no --run-dir" if not stop.run_dir else "checkpoints are off (--checkpoint-every 0)"
         return f"preempted at update {stop.update} ({stop.signal_name}); nothing saved: {why}"
@@ -368,6 +373,8 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
                 say(f"resumed from update {info['update']} (checkpoint {info['checkpoint']})", flush=True)
             elif event == "compiling":
                 show.compiling()
+            elif event == "still compiling":
+                show.still_compiling(info["programs"], info["seconds"])
             elif event == "compiled":
                 show.compiled(info["seconds"], info.get("cached"), info.get("saved", False))
 
@@ -383,10 +390,13 @@ def console() -> None:
 
 def end_process(code: int) -> NoReturn:
     """Exit with ``code`` once everything is written: the other non-daemon threads joined (as the interpreter would),
+    but for a compile that Ctrl-C or a signal abandoned (``rlpar.run.compiling.CompileThread``: it writes nothing),
     ``atexit`` handlers run, output flushed; then ``os._exit``, which skips the interpreter's teardown of a thousand
     modules and of XLA's runtime: 0.7 s of the 6.5 s the README command takes warm on a 2-core CPU."""
+    from rlpar.run.compiling import CompileThread
+
     for thread in threading.enumerate():
-        if thread is not threading.current_thread() and not thread.daemon:
+        if thread is not threading.current_thread() and not thread.daemon and not isinstance(thread, CompileThread):
             thread.join()
     atexit._run_exitfuncs()
     sys.stdout.flush()
