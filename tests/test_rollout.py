@@ -281,13 +281,19 @@ def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices
                               RunConfig(devices=2, num_seeds=num_seeds, log_every=3, eval_every=0))
     strip = lambda records: [{k: v for k, v in r.items() if k not in ("time_s", "sps", "startup_s")}  # noqa: E731
                              for r in records]
-    assert strip(results[True].metrics) == strip(results[False].metrics)
 
     def same(a, b):  # integers, booleans and keys (the environments' states, the episodes' counts) bit for bit
         if np.issubdtype(np.asarray(a).dtype, np.floating):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
         else:
             np.testing.assert_array_equal(a, b)
+
+    # the records: episodes and counts exactly; the losses up to the same rounding as the parameters (on an AVX2
+    # host the two programs' losses differed in their last bits)
+    got, want = strip(results[True].metrics), strip(results[False].metrics)
+    assert jax.tree.structure(got) == jax.tree.structure(want)
+    jax.tree.map(same, got, want)
+    assert [r.get("episode_return") for r in got] == [r.get("episode_return") for r in want]
 
     jax.tree.map(same, jax.device_get(results[True].state), jax.device_get(results[False].state))
     assert any("episode_return" in r for r in results[True].metrics)  # episodes ended: the resets ran
