@@ -15,8 +15,9 @@ runs with ``--dry-run``, which checks everything and compiles nothing, so no doc
 Each block runs in a fresh temporary directory, so its relative paths land there, with this checkout importable
 (``PYTHONPATH``) and this interpreter's directory first on ``PATH`` (``python`` is the test's python); shell blocks
 run with ``bash -e``, Python blocks as a script in a fresh process. ``WANDB_MODE=offline`` is set, so no block
-reaches the network. A block (or a skipped block's command) that uses an optional extra this venv lacks (an env of
-a suite, ``--wandb``) is skipped with the extra's name: the README's test command installs only ``.[test]``.
+reaches the network. Each block has a compile cache of its own (``RLPAR_CACHE_DIR``), empty at its start. A block
+(or a skipped block's command) that uses an optional extra this venv lacks (an env of a suite, ``--wandb``) is
+skipped with the extra's name: the README's test command installs only ``.[test]``.
 """
 
 from __future__ import annotations
@@ -186,7 +187,9 @@ def _block_env() -> dict:
 @pytest.mark.parametrize("block", [_param(b) for b in ALL_BLOCKS if b.mode is not None])
 def test_doc_block_runs(block: Block, tmp_path):
     skip_without_extras(block.code, block.where)
-    env = _block_env()
+    # a compile cache of the block's own, as a user's commands have one (~/.cache/rlpar/jax): a block's repeated
+    # commands (seeds, train then evaluate) load what the first one compiled
+    env = {**_block_env(), "RLPAR_CACHE_DIR": str(tmp_path / "cache")}
     if block.language == "shell":
         script = tmp_path / "block.sh"
         script.write_text(with_flags(block.code, block.detail))
