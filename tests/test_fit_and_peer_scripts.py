@@ -40,12 +40,11 @@ def test_memory_fit_doubles_then_halves_to_the_largest_count_under_the_limit(tmp
     largest, miss = summary["largest_fit"], summary["first_miss"]
     assert fits[largest] and not fits[miss] and largest < miss <= 1.25 * largest
     assert not any(ok and n > largest for n, ok in fits.items())
-    # temporaries grow with the envs, about linearly: each doubling adds more, and per added env within a factor of
-    # two of the others (XLA's buffer assignment reuses a buffer at some sizes: on an AVX2 host the last doubling
-    # added 0.0027 MiB per env against 0.0044-0.0047 for the others)
+    # temporaries grow with the envs, at most linearly: each doubling adds some, and never more than doubles them
+    # (not exactly linearly: XLA's buffer assignment reuses a buffer at some sizes; on an AVX2 host the last doubling
+    # added 0.0027 MiB per env with JAX 0.10 and 0.0022 with 0.11, against 0.0044-0.0052 for the others)
     temp = {r["num_envs"]: r["temp_mib"] for r in rows}
-    slopes = [(temp[2 * n] - temp[n]) / n for n in doubling[1:-1]]  # MiB in two decimals: the first is rounded
-    assert min(slopes) > 0 and max(slopes) < 2 * min(slopes), slopes
+    assert all(temp[n] < temp[2 * n] <= 2 * temp[n] + 0.01 for n in doubling[:-1]), temp  # MiB in two decimals
 
 
 def test_preset_search_slots_follow_the_sweep_grid_first_field_slowest():
