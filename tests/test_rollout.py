@@ -288,8 +288,8 @@ def test_one_env_per_slot_trains_as_the_vmapped_step_does_over_seeds_and_devices
         else:
             np.testing.assert_array_equal(a, b)
 
-    # the records: episodes and counts exactly; the losses up to the same rounding as the parameters (on an AVX2
-    # host the two programs' losses differed in their last bits)
+    # the records: episodes and counts exactly; the losses up to the same rounding as the parameters (the two
+    # programs fuse differently, so their losses may differ in the last bits)
     got, want = strip(results[True].metrics), strip(results[False].metrics)
     assert jax.tree.structure(got) == jax.tree.structure(want)
     jax.tree.map(same, got, want)
