@@ -32,6 +32,8 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if item.nodeid.startswith(COMPAT):
             item.add_marker(pytest.mark.compat)
+
+
 WORKER_MEMORY = 4 * 2**30  # a worker's peak (about 1.9 GB resident) and the CLI runs it starts, with room
 
 

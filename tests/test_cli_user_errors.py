@@ -117,7 +117,7 @@ def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     argv = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--hidden-sizes", "16,16",
             "--total-timesteps", str(4 * 8 * 4000), "--log-every", "10", "--checkpoint-every", "10",
-            "--run-dir", "runs/x"]
+            "--eval-every", "0", "--run-dir", "runs/x"]
     proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             preexec_fn=sigint_as_in_a_terminal)  # as in a terminal, whatever started the tests

@@ -20,6 +20,7 @@ from rlpar.run.runner import RunConfig
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96",
         "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "3"]
+TINY_NO_EVAL = [*TINY, "--eval-every", "0"]  # where the test is about the chunk program alone
 
 
 @pytest.fixture
@@ -282,19 +283,19 @@ def test_a_warm_cli_run_loads_the_saved_programs_and_trains_bit_identically(tmp_
 
 @pytest.mark.slow  # six CLI runs (about 50 s alone, more on a loaded host); CI runs it (-m slow)
 def test_another_seed_loads_the_saved_program_and_another_config_or_layer_switch_does_not(tmp_path):
-    first = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "one")
+    first = _train(tmp_path, "ppo", *TINY_NO_EVAL, "--compile-cache", "cache", "--run-dir", "one")
     assert "compiled in" in first and "saved program" not in first
     # Another seed runs the same program (its seed is an argument): served, and as a fresh compile of it trains
-    seeded = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "seed1", "--seed", "1")
+    seeded = _train(tmp_path, "ppo", *TINY_NO_EVAL, "--compile-cache", "cache", "--run-dir", "seed1", "--seed", "1")
     assert "(from the compilation cache: the saved program)" in seeded
-    _train(tmp_path, "ppo", *TINY, "--no-compile-cache", "--run-dir", "seed1-fresh", "--seed", "1")
+    _train(tmp_path, "ppo", *TINY_NO_EVAL, "--no-compile-cache", "--run-dir", "seed1-fresh", "--seed", "1")
     assert _metrics(tmp_path / "seed1") == _metrics(tmp_path / "seed1-fresh") != _metrics(tmp_path / "one")
-    third = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--gamma", "0.9")  # another config
+    third = _train(tmp_path, "ppo", *TINY_NO_EVAL, "--compile-cache", "cache", "--gamma", "0.9")  # another config
     assert "compiled in" in third and "from the compilation cache" not in third
     # The layers' switch flipped: another program (it was once served the fast path's), the one a fresh compile gives
-    plain = _train(tmp_path, "ppo", *TINY, "--compile-cache", "cache", "--run-dir", "plain", RLPAR_PLAIN_LAYERS="1")
+    plain = _train(tmp_path, "ppo", *TINY_NO_EVAL, "--compile-cache", "cache", "--run-dir", "plain", RLPAR_PLAIN_LAYERS="1")
     assert "compiled in" in plain and "saved program" not in plain
-    _train(tmp_path, "ppo", *TINY, "--no-compile-cache", "--run-dir", "fresh", RLPAR_PLAIN_LAYERS="1")
+    _train(tmp_path, "ppo", *TINY_NO_EVAL, "--no-compile-cache", "--run-dir", "fresh", RLPAR_PLAIN_LAYERS="1")
     assert _metrics(tmp_path / "plain") == _metrics(tmp_path / "fresh")
 
 
