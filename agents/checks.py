@@ -50,6 +50,20 @@ def network(config) -> None:
         raise ValueError(f"activation={config.activation!r}: must be one of {', '.join(ACTIVATIONS)}")
 
 
+def shuffle_block(config, num_devices: int) -> None:
+    """``shuffle_block``: 0 (the backend's choice), 1 (single rows), or a block of rows of one time step that divides
+    the environments per device and leaves each minibatch whole blocks."""
+    block = config.shuffle_block
+    if not isinstance(block, int) or isinstance(block, bool) or block < 0:
+        raise ValueError(f"shuffle_block={block!r}: must be 0 (the backend's choice), 1 (single rows) or a number of "
+                         f"rows of one time step moved together")
+    local_envs = config.num_envs // num_devices
+    if block > 1 and (local_envs % block or (local_envs * config.num_steps // block) % config.num_minibatches):
+        raise ValueError(f"shuffle_block={block}: must divide the environments per device ({local_envs}) and leave "
+                         f"each of the {config.num_minibatches} minibatches the same number of blocks; 1 (single "
+                         f"rows) always does")
+
+
 def minibatches(config, num_devices: int) -> None:
     """``update_epochs`` and ``num_minibatches`` positive, and the minibatches split the per-device batch evenly."""
     positive_ints(config, "update_epochs", "num_minibatches")

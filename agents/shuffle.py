@@ -52,6 +52,18 @@ set_block = platform.set_shuffle_block  # force block_size's answer (where it fi
 block_size = platform.shuffle_block  # (n, step_rows, num_minibatches) -> rows of one time step moved together
 
 
+def rows_per_unit(config, n: int, step_rows: int | None) -> int:
+    """Rows of one time step that move as one unit when a batch of ``n`` rows (``step_rows`` per time step) is shuffled
+    into ``config.num_minibatches`` minibatches: ``config.shuffle_block`` where the config sets it (validated to fit),
+    else the backend's choice (``block_size``)."""
+    if config.shuffle_block:
+        if config.shuffle_block > 1 and (step_rows is None or step_rows % config.shuffle_block):
+            raise ValueError(f"shuffle_block={config.shuffle_block}: a batch laid out {step_rows} rows per time step "
+                             f"cannot move in blocks of that many rows of one step")
+        return config.shuffle_block
+    return block_size(n, step_rows, config.num_minibatches)
+
+
 @contextlib.contextmanager
 def using(name: str | None, block: int | None = None, layout: str = "auto") -> Iterator[None]:
     """``set_method(name)`` and ``set_block(block)`` inside the ``with`` block, the previous choices restored;

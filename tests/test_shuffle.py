@@ -1,6 +1,8 @@
 """agents.shuffle: a permutation of range(n) for every n by either method, each element equally likely at each
 position; minibatches of blocks that use every row once per epoch."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,6 +89,47 @@ def test_the_platform_picks_the_method_and_the_block():
         assert shuffle.block_size(128 * 12, 12, 4) == 1  # 8 does not divide a step's 12 rows: row by row
     with pytest.raises(ValueError, match="shuffle method 'bogus'"):
         shuffle.set_method("bogus")
+
+
+def test_the_configs_shuffle_block_overrides_the_backend_and_is_refused_where_it_does_not_fit():
+    from agents.ppo import PPOConfig
+    from agents.pqn import PQNConfig
+    from agents.ppo_rnn import RecurrentPPOConfig
+
+    with shuffle.using("sort"):  # the backend would pick blocks of 64 here
+        assert shuffle.rows_per_unit(PPOConfig(num_minibatches=8), 128 * 4096, 4096) == shuffle.BLOCK_MAX
+        assert shuffle.rows_per_unit(PPOConfig(num_minibatches=8, shuffle_block=1), 128 * 4096, 4096) == 1
+        assert shuffle.rows_per_unit(PQNConfig(num_minibatches=8, shuffle_block=16), 128 * 4096, 4096) == 16
+    with pytest.raises(ValueError, match="a batch laid out None rows per time step"):
+        shuffle.rows_per_unit(PPOConfig(shuffle_block=4), 1024, None)
+    assert PPOConfig(num_envs=8, num_steps=16, shuffle_block=4).validate(2).shuffle_block == 4
+    for config, devices, message in (
+            (PPOConfig(num_envs=8, shuffle_block=8), 2, "shuffle_block=8: must divide the environments per device (4)"),
+            (PPOConfig(num_envs=8, num_steps=2, num_minibatches=4, shuffle_block=8), 1, "each of the 4 minibatches"),
+            (PQNConfig(shuffle_block=-1), 1, "shuffle_block=-1: must be 0 (the backend's choice), 1 (single rows)"),
+            (RecurrentPPOConfig(shuffle_block=1), 1, "ppo_rnn's minibatches are whole sequences")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            config.validate(devices)
+
+
+def test_ppo_trains_with_the_configs_block_as_with_the_platforms_forced_one():
+    """``shuffle_block=4`` trains bit for bit as the platform forced to blocks of 4, and not as single rows (these
+    tests' CPU backend moves single rows by default: ``rows_per_unit`` gives 1 for ``shuffle_block=0``)."""
+    import agents
+    from agents.ppo import PPOConfig
+
+    config = PPOConfig(num_envs=8, num_steps=16, total_timesteps=8 * 16 * 2, num_minibatches=2, update_epochs=2,
+                       hidden_sizes=(16,))
+
+    def params(config, **forced):
+        with shuffle.using(None, **forced):
+            return jax.tree.leaves(agents.ppo.train(config, "CartPole-v1", devices=1).params)
+
+    assert shuffle.rows_per_unit(config, config.batch_size, config.num_envs) == 1
+    single = params(config.replace(shuffle_block=1))
+    blocks, forced = params(config.replace(shuffle_block=4)), params(config, block=4)
+    assert all(np.array_equal(a, b) for a, b in zip(blocks, forced))
+    assert not all(np.array_equal(a, b) for a, b in zip(single, blocks))
 
 
 @pytest.mark.parametrize("block", [1, 4, 16])

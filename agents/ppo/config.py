@@ -19,6 +19,10 @@ class PPOConfig(AgentConfig):
     update_epochs: int = config_field(4, "passes over each rollout batch")
     num_minibatches: int = config_field(4, "minibatches per epoch; each device splits its share of the batch this "
                                            "many ways")
+    shuffle_block: int = config_field(0, "rows of one time step that move together when a batch is shuffled into "
+                                         "minibatches: 1 single rows (as rejax and PureJaxRL sample), B blocks of B "
+                                         "rows, 0 the backend's choice (single rows on a CPU, blocks on an "
+                                         "accelerator)")
     gamma: float = config_field(0.99, "discount factor per step", sweepable=True)
     gae_lambda: float = config_field(0.95, "GAE lambda (0: one-step TD, 1: Monte Carlo)", sweepable=True)
     clip_eps: float = config_field(0.2, "PPO ratio clip epsilon (also the value clip range when clip_value is on)",
@@ -61,6 +65,7 @@ class PPOConfig(AgentConfig):
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
         super().validate(num_devices)
         checks.minibatches(self, num_devices)
+        checks.shuffle_block(self, num_devices)
         checks.positive(self, "lr")
         checks.unit_interval(self, "gamma", "gae_lambda")
         checks.non_negative(self, "clip_eps", "ent_coef", "vf_coef", "max_grad_norm")

@@ -176,7 +176,7 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
             updates, opt_state = step_tx.update(grads, opt_state, p)
             return (jax.tree.map(jnp.add, p, updates), opt_state), info
 
-        block = shuffle.block_size(batch.advantage.shape[0], step_rows, config.num_minibatches)
+        block = shuffle.rows_per_unit(config, batch.advantage.shape[0], step_rows)
         perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name, block)
 
         def epoch(carry, xs):

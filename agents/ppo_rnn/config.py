@@ -31,6 +31,9 @@ class RecurrentPPOConfig(PPOConfig):
                 f"num_minibatches={self.num_minibatches} does not divide the environments per device "
                 f"({local_envs}): recurrent minibatches are whole sequences, so use a divisor of {local_envs}"
             )
+        if self.shuffle_block:
+            raise ValueError(f"shuffle_block={self.shuffle_block}: ppo_rnn's minibatches are whole sequences of "
+                             f"environments, not rows; leave it 0")
         if self.normalize_obs:
             raise ValueError("normalize_obs=True is not supported by ppo_rnn yet: use ppo, or drop the flag")
         return self

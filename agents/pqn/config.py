@@ -26,6 +26,9 @@ class PQNConfig(AgentConfig):
     update_epochs: int = config_field(4, "passes over each rollout batch")
     num_minibatches: int = config_field(4, "minibatches per epoch; each device splits its share of the batch this "
                                            "many ways")
+    shuffle_block: int = config_field(0, "rows of one time step that move together when a batch is shuffled into "
+                                         "minibatches: 1 single rows, B blocks of B rows, 0 the backend's choice "
+                                         "(single rows on a CPU, blocks on an accelerator)")
     gamma: float = config_field(0.99, "discount factor per step", sweepable=True)
     q_lambda: float = config_field(0.9, "lambda of the Q(lambda) targets (0: one-step Q-learning, 1: returns to "
                                          "the end of the rollout)", sweepable=True)
@@ -56,6 +59,7 @@ class PQNConfig(AgentConfig):
         """Raise ``ValueError`` naming the first bad field and what would be accepted; return ``self`` if fine."""
         super().validate(num_devices)
         checks.minibatches(self, num_devices)
+        checks.shuffle_block(self, num_devices)
         checks.positive(self, "lr", "max_grad_norm")
         checks.unit_interval(self, "gamma", "q_lambda", "epsilon_start", "epsilon_finish", "epsilon_decay")
         checks.network(self)

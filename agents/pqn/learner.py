@@ -159,7 +159,7 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
             return (jax.tree.map(jnp.add, p, updates), opt_state), stats
 
         n = batch.target.shape[0]
-        block = shuffle.block_size(n, step_rows, config.num_minibatches)
+        block = shuffle.rows_per_unit(config, n, step_rows)
         perms = shuffle.epoch_orders(key, n, config.update_epochs, block)
 
         def epoch(carry, perm):

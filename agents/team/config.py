@@ -45,6 +45,9 @@ class TeamConfig(PPOConfig):
             raise ValueError(f"gru_size={self.gru_size!r}: must be 0 (feed-forward) or a positive integer")
         if self.normalize_obs:
             raise ValueError("normalize_obs=True is not supported by the team agents (ippo, mappo): drop the flag")
+        if self.gru_size and self.shuffle_block:
+            raise ValueError(f"shuffle_block={self.shuffle_block}: with gru_size the minibatches are whole sequences "
+                             f"of environments, not rows; leave it 0")
         if self.gru_size and (self.num_envs // num_devices) % self.num_minibatches:
             local_envs = self.num_envs // num_devices
             raise ValueError(f"num_minibatches={self.num_minibatches} does not divide the environments per device "

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import typing
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,9 @@ RUN_FIELDS_ADDED = {"eval_every": 0, "eval_episodes": 64, "search": "", "populat
 # Fields every agent config gained since then (rlpar.core.agent.AgentConfig), with the values a run dir written
 # without them ran with.
 CONFIG_FIELDS_ADDED = {"collector_unroll": 0}
+# Fields some agents' configs gained since then (PPO's family and PQN), with the values a run dir written without
+# them ran with; filled in only for a config that has the field.
+AGENT_FIELDS_ADDED = {"shuffle_block": 0}
 CONFIG = "config.json"
 METRICS = "metrics.jsonl"
 TIMING = "timing.jsonl"
@@ -38,10 +42,12 @@ TENSORBOARD = "tensorboard"
 WANDB_RUN_ID = "wandb-run-id"
 
 
-def config_values(saved: dict) -> dict:
+def config_values(saved: dict, fields: Iterable[str] = ()) -> dict:
     """A saved ``config`` section (config.json's or a checkpoint's) with ``CONFIG_FIELDS_ADDED`` filled in where the
-    run predates them: the settings the run trained with."""
-    return {**CONFIG_FIELDS_ADDED, **saved}
+    run predates them, and ``AGENT_FIELDS_ADDED`` for those of ``fields`` (the agent config's field names): the
+    settings the run trained with."""
+    added = {name: value for name, value in AGENT_FIELDS_ADDED.items() if name in fields}
+    return {**CONFIG_FIELDS_ADDED, **added, **saved}
 
 
 def json_default(x):

@@ -98,7 +98,7 @@ def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: An
     current = json.loads(json.dumps(meta, default=rundir.json_default))
     saved = checkpoints.read_meta(step)  # settings first: another setting may change the state's shape
     pairs = [(name, saved.get(name), current[name]) for name in ("agent", "num_devices")]
-    saved_config = rundir.config_values(saved.get("config", {}))
+    saved_config = rundir.config_values(saved.get("config", {}), current["config"])
     pairs += [(name, saved_config.get(name), value) for name, value in current["config"].items()]
     saved_run = {**rundir.RUN_FIELDS_ADDED, **saved.get("run", {})}
     pairs += [(name, saved_run.get(name), current["run"][name]) for name in _RESUME_MUST_MATCH_RUN]
