@@ -7,6 +7,11 @@ let load from elsewhere on the host fall on both sides of a ratio alike. Train S
 sides (rlpar: all env steps over the chunks' ``time_s`` in ``timing.jsonl``, with the spread over chunks; rejax:
 its compiled program's run). rlpar runs with ``--no-compile-cache`` (a real compile every time) and no evaluation.
 
+Like for like: rlpar's side of a ratio samples minibatches as the peers do, single rows in a fresh permutation each
+epoch (``--shuffle-block 1``). ``--layouts single,default`` adds rlpar with its backend's own choice (blocks of rows
+on an accelerator; on a CPU the same single rows) as a row of its own, labelled ``default layout``, never the ratio's
+side. Agents without a shuffled minibatch (DQN, SAC) have one rlpar row.
+
 Reported per case and size: the median over rounds of each side's SPS, and the medians (ranges) of the per-round
 ratios rlpar / peer and D devices / 1 device (and each backend / the first). ``--flops`` adds PPO's FLOPs per env
 step (XLA's cost analysis of acting and the gradient) against a 2048^3 float32 matmul here, the share of the host's
@@ -81,6 +86,15 @@ SB3_TIMESTEPS = 65_536  # Stable-Baselines3 is about 10x slower: fewer steps, it
 QUICK_TIMESTEPS = 16_384  # --quick: every case this short (checks the script, measures nothing)
 
 
+LAYOUTS = ("single", "default")
+LAYOUT_LABELS = {"single": "single rows", "default": "default layout"}
+
+
+def shuffles(case: str) -> bool:
+    """Whether the case's agent shuffles its batch into minibatches (has ``--shuffle-block``)."""
+    return case.partition("-")[0] in ("ppo", "pqn")
+
+
 def _flag(argv: list[str], flag: str, value: str | None = None) -> list[str]:
     """``argv`` with ``flag``'s value set to ``value`` (removed if None), added at the end if absent."""
     out = list(argv)
@@ -93,14 +107,17 @@ def _flag(argv: list[str], flag: str, value: str | None = None) -> list[str]:
 class Row:
     """One side of a comparison: rlpar on some devices and backend, or a peer; its argv for the case and size."""
 
-    def __init__(self, case: str, num_envs: int | None, program: str, devices: int = 1, backend: str | None = None):
+    def __init__(self, case: str, num_envs: int | None, program: str, devices: int = 1, backend: str | None = None,
+                 layout: str | None = None):
         self.case, self.num_envs, self.program, self.devices, self.backend = case, num_envs, program, devices, backend
+        self.layout = layout  # rlpar's minibatch sampling: "single" (the peers'), "default" (the backend's), None
 
     def key(self) -> tuple:
-        return self.case, self.num_envs, self.program, self.devices, self.backend
+        return self.case, self.num_envs, self.program, self.devices, self.backend, self.layout
 
     def __str__(self) -> str:
         where = f"on {self.devices} device(s)" + (f", --backend {self.backend}" if self.backend else "")
+        where += f", {LAYOUT_LABELS[self.layout]}" if self.layout else ""
         size = f", {self.num_envs} envs" if self.num_envs else ""
         return f"{self.case}{size}, {self.program}" + (f" {where}" if self.program == "rlpar" else "")
 
@@ -121,6 +138,8 @@ def run_rlpar(row: Row, args) -> dict:
     if args.log_every or row.num_envs is not None:
         flags = _flag(flags, "--log-every", str(args.log_every or max(1, args.updates // 3)))
     total = QUICK_TIMESTEPS if args.quick else total
+    if row.layout == "single":
+        flags = _flag(flags, "--shuffle-block", "1")
     with tempfile.TemporaryDirectory() as tmp:
         argv = [sys.executable, "-m", "rlpar.train", agent, "--env", env, "--total-timesteps", str(total), *flags,
                 "--devices", str(row.devices), *(["--backend", row.backend] if row.backend else []),
@@ -134,6 +153,7 @@ def run_rlpar(row: Row, args) -> dict:
     train_s = sum(t["time_s"] for t in timing)
     returns = [m.get("episode_return") for m in metrics if m.get("episode_return") is not None]
     return {"program": "rlpar", "num_devices": row.devices, "device_backend": row.backend,  # None: the CLI's default
+            "layout": row.layout, "sampling": LAYOUT_LABELS.get(row.layout, "replay"),
             "env_steps": metrics[-1]["env_steps"], "train_s": round(train_s, 3),
             "sps": metrics[-1]["env_steps"] / train_s,
             **common.sps_stats(1, [t["time_s"] / (m["env_steps"] - b)  # over chunks: "repeats" = chunks
@@ -193,23 +213,25 @@ def flops_per_step(sizes: list[int], num_steps: int = 128) -> tuple[dict[int, fl
 
 
 def _side(side: tuple) -> str:
-    """``(program, devices, backend)`` as ``rlpar 2 dev shard_map`` (a peer: its name)."""
-    program, devices, backend = side
+    """``(program, devices, backend, layout)`` as ``rlpar 2 dev shard_map single rows`` (a peer: its name)."""
+    program, devices, backend, layout = side
     if program != "rlpar":
         return program
-    return f"rlpar {devices} dev" + (f" {backend}" if backend else "")
+    return f"rlpar {devices} dev" + (f" {backend}" if backend else "") + (f" {LAYOUT_LABELS[layout]}" if layout else "")
 
 
 def summary(rows: list[dict], flops: dict[int, float] | None, peak: float | None) -> list[str]:
     """Per case and size: each side's median SPS over rounds, and the medians (ranges) of the per-round ratios."""
     by: dict[tuple, dict[int, float]] = {}
     for r in rows:
-        side = (r["case"], r.get("num_envs_asked"), r["program"], r["num_devices"], r.get("device_backend"))
+        side = (r["case"], r.get("num_envs_asked"), r["program"], r["num_devices"], r.get("device_backend"),
+                r.get("layout"))
         by.setdefault(side, {})[r["round"]] = r["sps"]
     lines = []
     for case, n in dict.fromkeys((k[0], k[1]) for k in by):
         sides = {k[2:]: v for k, v in by.items() if k[:2] == (case, n)}
         rlpar = [s for s in sides if s[0] == "rlpar"]
+        rlpar.sort(key=lambda s: s[3] == "default")  # the peers' sampling first: the side of every ratio
         first = rlpar[0] if rlpar else None
         share = (lambda sps: f", {100 * sps * flops[n] / 1e9 / peak:.1f}% of matmul") if flops and n in flops else (
             lambda sps: "")
@@ -234,12 +256,13 @@ def plot(rows: list[dict], flops: dict[int, float] | None, peak: float | None, p
     fig, axes = plt.subplots(1, 2 if flops else 1, figsize=(10 if flops else 6, 4), dpi=100, squeeze=False)
     series: dict[tuple, dict[int, list[float]]] = {}
     for r in rows:
-        key = (r["program"], r["num_devices"], r.get("device_backend"))
+        key = (r["program"], r["num_devices"], r.get("device_backend"), r.get("layout"))
         series.setdefault(key, {}).setdefault(r["num_envs_asked"], []).append(r["sps"])
-    for (program, devices, backend), points in sorted(series.items(), key=lambda kv: str(kv[0])):
+    for (program, devices, backend, layout), points in sorted(series.items(), key=lambda kv: str(kv[0])):
         xs = sorted(points)
         sps = [statistics.median(points[x]) for x in xs]
         label = f"{program}, {devices} device{'s' * (devices > 1)}" + (f", {backend}" if backend else "")
+        label += f", {LAYOUT_LABELS[layout]}" if layout else ""
         style = "-o" if program == "rlpar" else "--o"
         axes[0][0].plot(xs, sps, style, markersize=3, label=label)
         if flops:
@@ -269,6 +292,9 @@ def parse_args(argv=None):
     parser.add_argument("--backends", default="", help="comma list of rlpar device backends (pmap, shard_map); "
                         "default: the CLI's")
     parser.add_argument("--peers", default="rejax", help="comma list of rejax, sb3 (PPO on CartPole-v1); none: rlpar only")
+    parser.add_argument("--layouts", default="single", help="comma list of rlpar's minibatch sampling for the PPO "
+                        "and PQN cases: single (single rows, the peers' sampling: the ratios' side), default (the "
+                        "backend's own choice, a row of its own)")
     parser.add_argument("--num-envs", default="", help="comma list of sizes replacing the case's num_envs (PPO's "
                         "cases); each run trains --updates updates")
     parser.add_argument("--updates", type=int, default=6, help="with --num-envs: updates per run")
@@ -288,6 +314,9 @@ def parse_args(argv=None):
     args.peers = [p for p in args.peers.split(",") if p and p != "none"]
     if set(args.peers) - {"rejax", "sb3"}:
         parser.error(f"--peers: unknown {', '.join(sorted(set(args.peers) - {'rejax', 'sb3'}))}; known: rejax, sb3")
+    args.layouts = [x for x in args.layouts.split(",") if x]
+    if not args.layouts or set(args.layouts) - set(LAYOUTS):
+        parser.error(f"--layouts {','.join(args.layouts)!r}: expected a comma list of {', '.join(LAYOUTS)}")
     args.num_envs = [int(n) for n in args.num_envs.split(",") if n] or [None]
     if args.num_envs != [None] and any(not a.startswith("ppo") or "--torso" in CONFIGS[a][2] for a in args.agents):
         parser.error("--num-envs: PPO's MLP cases only (ppo, ppo-large, ppo-minatar)")
@@ -304,8 +333,9 @@ def case_num_envs(case: str) -> int | None:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    sides = [Row(case, n, "rlpar", d, b) for case in args.agents for n in args.num_envs for d in args.devices
-             for b in args.backends if (n or case_num_envs(case) or d) % d == 0]
+    sides = [Row(case, n, "rlpar", d, b, layout) for case in args.agents for n in args.num_envs for d in args.devices
+             for b in args.backends if (n or case_num_envs(case) or d) % d == 0
+             for layout in (args.layouts if shuffles(case) else [None])]
     sides += [Row(case, n, peer) for case in args.agents for n in args.num_envs for peer in args.peers]
     sides.sort(key=lambda s: (args.agents.index(s.case), s.num_envs or 0))  # a case's and size's sides together
     rows = []
@@ -313,8 +343,9 @@ def main(argv=None) -> int:
         run = run_rlpar(side, args) if side.program == "rlpar" else run_peer(side, args)
         if run is None:
             continue
-        row = common.record("train_vs_peer", case=side.case, agent=side.case.partition("-")[0],
-                            env=CONFIGS[side.case][0], round=round_, num_envs_asked=side.num_envs, **run)
+        fields = {"case": side.case, "agent": side.case.partition("-")[0], "env": CONFIGS[side.case][0],
+                  "round": round_, "num_envs_asked": side.num_envs}
+        row = common.record("train_vs_peer", **{**fields, **run})  # a peer's record names its env (the same) too
         rows.append(row)
         common.emit(row, args.out)
     flops = peak = None
