@@ -91,17 +91,63 @@ def test_every_script_answers_help_without_measuring_anything(script, tmp_path):
     assert proc.stdout.startswith("usage:") and list(tmp_path.iterdir()) == []
 
 
+# A stand-in for rejax where none is installed: run as the peer's interpreter (``peers.py --inside rejax ARGS``), it
+# prints the record rejax's side prints, config fields included, at 1M steps a second.
+STAND_IN_PEER = """#!{python}
+import json, sys
+argv = sys.argv[sys.argv.index("--inside") + 2:]
+flag = lambda name, default=None: argv[argv.index(name) + 1] if name in argv else default
+steps = int(flag("--total-timesteps"))
+print(json.dumps({{"peer": "rejax", "algo": flag("--algo"), "backend": "cpu", "num_devices": 1, "compile_s": 1.0,
+                  "final_return": 9.0, "env_steps": steps, "train_s_median": steps / 1e6, "sps_median": 1e6,
+                  "sps_min": 1e6, "sps_max": 1e6, "repeats": 1, "env": flag("--env"),
+                  "num_envs": int(flag("--num-envs")), "num_steps": int(flag("--num-steps", 128)),
+                  "total_timesteps": steps}}))
+"""
+
+
 @pytest.mark.slow
-def test_train_vs_peer_quick_gives_a_record_per_run_and_a_summary(tmp_path):
-    out = tmp_path / "train.jsonl"
+def test_train_vs_peer_quick_runs_rlpar_with_the_peers_sampling_beside_its_own_and_a_peer_row(tmp_path):
+    out, peer = tmp_path / "train.jsonl", tmp_path / "rejax-stand-in"
+    peer.write_text(STAND_IN_PEER.format(python=sys.executable))
+    peer.chmod(0o755)
     proc = subprocess.run([sys.executable, str(BENCHMARKS / "train_vs_peer.py"), "--agents", "ppo", "--devices", "1",
-                           "--rounds", "1", "--quick", "--peers", "none", "--out", str(out)], cwd=REPO,
+                           "--rounds", "1", "--quick", "--peers", "rejax", "--layouts", "single,default", "--out",
+                           str(out)], cwd=REPO, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO), "REJAX_PYTHON": str(peer)})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    records = {(r["program"], r.get("layout")): r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {("rlpar", "single"), ("rlpar", "default"), ("rejax", None)}
+    single, default, rejax = records["rlpar", "single"], records["rlpar", "default"], records["rejax", None]
+    assert single["command"].startswith("python -m rlpar.train ppo --env CartPole-v1")
+    assert "--shuffle-block 1" in single["command"] and "--shuffle-block" not in default["command"]
+    assert single["sampling"] == "single rows" and single["sps"] > 0 and single["compile_s"] > 0 and single["cpu"]
+    assert rejax["env"] == "CartPole-v1" and rejax["sps"] == 1e6 and rejax["case"] == "ppo"
+    line = next(line for line in proc.stdout.splitlines() if line.startswith("ppo: train SPS"))
+    assert "rlpar 1 dev single rows" in line and "rlpar 1 dev default layout" in line
+    ratio = single["sps"] / 1e6  # one round: the median of one per-round ratio
+    assert f"rlpar / rejax {ratio:.2f}x" in line, line
+
+
+@pytest.mark.slow
+def test_layout_learning_trains_both_layouts_of_a_case_on_the_same_steps_and_compares_them(tmp_path):
+    out = tmp_path / "layouts.jsonl"
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "layout_learning.py"), "--quick", "--cases",
+                           "cartpole-4096", "--seeds", "2", "--eval-episodes", "4", "--out", str(out)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
-    assert record["program"] == "rlpar" and record["sps"] > 0 and record["compile_s"] > 0 and record["cpu"]
-    assert record["command"].startswith("python -m rlpar.train ppo --env CartPole-v1")
-    assert "ppo: train SPS rlpar 1 dev" in proc.stdout
+    rows, blocks = map(json.loads, out.read_text().splitlines())
+    assert (rows["layout"], rows["shuffle_block"], blocks["layout"]) == ("rows", 1, "blocks")
+    assert blocks["shuffle_block"] == 8  # 64 envs, 4 minibatches of 2048 rows: 256 blocks of 8 each
+    assert rows["config"]["shuffle_block"] == 1 and blocks["config"]["shuffle_block"] == 8
+    for row in (rows, blocks):
+        assert [steps for steps, _ in row["greedy_curve"]] == [64 * 128 * 2, 64 * 128 * 4]
+        assert len(row["final_greedy"]) == 2 and row["final_ci95"][0] <= row["final_mean"] <= row["final_ci95"][1]
+    assert rows["final_greedy"] != blocks["final_greedy"]  # another sampling, another run
+    assert "cartpole-4096: blocks - rows = " in proc.stdout and "(Welch 95%)" in proc.stdout
+    bad = subprocess.run([sys.executable, str(BENCHMARKS / "layout_learning.py"), "--cases", "pong"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "'pong': expected cases from" in bad.stderr
 
 
 def test_force_takes_the_platforms_choices_and_refuses_others_in_one_line():
