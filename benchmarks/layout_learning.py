@@ -17,7 +17,7 @@ Cases:
 - ``mpe``: IPPO on JaxMARL's MPE simple spread at 1,024 envs (the marl extra).
 
     python benchmarks/layout_learning.py --cases cartpole-4096 --seeds 5
-    python benchmarks/layout_learning.py --cases cartpole-4096,breakout,mpe --seeds 5 --out benchmarks/results/layout_learning.jsonl
+    python benchmarks/layout_learning.py --cases cartpole-4096,breakout,mpe --seeds 5
     python benchmarks/layout_learning.py --quick        # a few updates of each case: checks the script
 """
 
@@ -141,7 +141,8 @@ def config_fields(config) -> dict:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    lines = ["| case | layout | block | env steps | greedy return (mean, 95% CI) | seeds |", "|---|---|---|---|---|---|"]
+    lines = ["| case | layout | block | env steps | greedy return (mean, 95% CI) | seeds |",
+             "|---|---|---|---|---|---|"]
     for row in rows:
         low, high = row["final_ci95"]
         lines.append(f"| {row['case']} | {row['layout']} | {row['shuffle_block']} | {row['env_steps']:,} | "

@@ -418,3 +418,22 @@ def test_quick_device_run_from_elsewhere_writes_positive_sps_for_every_row(tmp_p
     assert summary in proc.stdout  # printed at the end too
     assert summary.startswith("Accelerator: cpu (cpu; cpu:0") and "| 64 envs |" in summary
     assert ("Not measured" in summary) == rejax_skipped
+
+
+@pytest.mark.slow  # resolves against the package index (about a minute); CI runs it (-m slow)
+def test_the_cuda_extra_resolves_to_the_cuda_plugin_of_the_jax_it_installs(tmp_path):
+    """``pip install -e ".[cuda]"`` (README), resolved without installing: JAX, jaxlib and the CUDA plugin of one
+    release inside the declared range."""
+    import tomllib
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["cuda"]
+    report = tmp_path / "report.json"
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--ignore-installed",
+                           "--report", str(report), *extra], capture_output=True, text=True, timeout=600)
+    if proc.returncode and any(s in proc.stderr for s in ("NewConnectionError", "Temporary failure", "No route")):
+        pytest.skip(f"the package index cannot be reached here: {proc.stderr.strip().splitlines()[-1]}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    installs = json.loads(report.read_text())["install"]
+    versions = {item["metadata"]["name"]: item["metadata"]["version"] for item in installs}
+    assert versions["jax"] == versions["jaxlib"] == versions["jax-cuda13-plugin"], versions
+    assert (0, 10, 2) <= tuple(map(int, versions["jax"].split(".")[:3])) < (0, 12), versions
