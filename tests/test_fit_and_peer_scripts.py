@@ -1,6 +1,6 @@
 """benchmarks/memory_fit.py (doubling, then halving to the largest env count that fits), benchmarks/preset_search.py's
-slot grid, benchmarks/slot_parity.py's parts, and benchmarks/marl_vs_jaxmarl.py's refusal of a path that is not
-JaxMARL's script."""
+slot grid, benchmarks/slot_parity.py's parts, and benchmarks/marl_vs_jaxmarl.py end to end on a stand-in for JaxMARL's
+script, and its refusal of a path that is not that script."""
 
 import json
 import re
@@ -114,6 +114,52 @@ def test_marl_vs_jaxmarl_refuses_a_path_that_is_not_jaxmarl_s_script(tmp_path):
     assert done.returncode == 2
     assert "expected JaxMARL's baselines/IPPO/ippo_ff_mpe.py" in done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# A stand-in for JaxMARL's baselines/IPPO/ippo_ff_mpe.py where no checkout is at hand: its make_train's shape (the
+# config's NUM_UPDATES set, metrics per update, a logging io_callback each update that must not run here).
+STAND_IN_JAXMARL = """
+import jax
+import jax.numpy as jnp
+import wandb
+
+
+def make_train(config):
+    config["NUM_UPDATES"] = config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"]
+
+    def train(rng):
+        def update(carry, _):
+            def callback(metric):
+                raise RuntimeError("the logging callback ran")
+            metric = {"returned_episode_returns": jnp.full((config["NUM_STEPS"], config["NUM_ENVS"]), carry)}
+            jax.experimental.io_callback(callback, None, metric)
+            return carry + 1.0, metric
+        _, metrics = jax.lax.scan(update, jax.random.uniform(rng), None, config["NUM_UPDATES"])
+        return {"metrics": metrics}
+    return train
+"""
+
+
+@pytest.mark.slow  # trains IPPO for two updates on each rlpar side (about a minute); CI runs it (-m slow)
+def test_marl_vs_jaxmarl_runs_rlpar_with_single_rows_beside_its_layout_and_jaxmarl_without_its_callback(tmp_path):
+    pytest.importorskip("jaxmarl", reason="needs the marl extra: pip install -e \".[marl]\"")
+    script = tmp_path / "IPPO" / "ippo_ff_mpe.py"
+    (script.parent / "config").mkdir(parents=True)
+    script.write_text(STAND_IN_JAXMARL)
+    (script.parent / "config" / "ippo_ff_mpe.yaml").write_text(
+        "NUM_ENVS: 16\nNUM_STEPS: 128\nTOTAL_TIMESTEPS: 1\nPROJECT: x\nWANDB_MODE: disabled\n")
+    out = tmp_path / "marl.jsonl"
+    done = _run("marl_vs_jaxmarl.py", "--jaxmarl-script", str(script), "--num-envs", "8", "--total-timesteps",
+                str(8 * 128 * 2), "--rounds", "1", "--sides", "rlpar,rlpar-default,jaxmarl", "--out", str(out))
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = {r["program"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(records) == {"rlpar", "rlpar-default", "jaxmarl"}
+    assert records["rlpar"]["shuffle_block"] == 1 and records["rlpar"]["sampling"] == "single rows"
+    assert records["rlpar-default"]["shuffle_block"] == 0
+    assert records["jaxmarl"]["logging_callback"] is False and records["jaxmarl"]["env_steps"] == 8 * 128 * 2
+    assert all(r["sps"] > 0 and r["round"] == 0 for r in records.values())  # rounds count from 0
+    assert "rlpar / jaxmarl SPS, both single rows: " in done.stdout
+    assert "rlpar's default layout / jaxmarl SPS (not like for like): " in done.stdout
 
 
 @pytest.mark.parametrize("script, args, says", [
