@@ -11,7 +11,8 @@ CPU runs what an accelerator runs.
 
 Cases:
 
-- ``cartpole-4096``: PPO CartPole-v1, its preset at 4,096 envs x 128 steps (4 epochs x 4 minibatches: blocks of 64);
+- ``cartpole-4096``: PPO CartPole-v1, its preset at 4,096 envs x 128 steps (4 epochs x 4 minibatches: blocks of 64),
+  32 updates (16.8M steps);
 - ``breakout``: PPO Breakout-MinAtar, the accelerator preset (512 envs x 32 steps, 8 minibatches: blocks of 8),
   1e7 steps;
 - ``mpe``: IPPO on JaxMARL's MPE simple spread at 1,024 envs (the marl extra).
@@ -38,7 +39,7 @@ def cases(quick: bool) -> dict[str, dict]:
     """case -> the agent, env, config changes on the accelerator preset, updates between evaluations."""
     out = {
         "cartpole-4096": dict(agent="ppo", env="CartPole-v1", changes=dict(num_envs=4096, num_steps=128),
-                              updates=48, eval_every=8),
+                              updates=32, eval_every=8),
         "breakout": dict(agent="ppo", env="Breakout-MinAtar", changes=dict(total_timesteps=10_000_000), updates=None,
                          eval_every=61),
         "mpe": dict(agent="ippo", env="marl-MPE_simple_spread_v3", changes=dict(num_envs=1024), updates=None,
