@@ -25,6 +25,7 @@ Cases:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -111,8 +112,9 @@ def train_layout(name: str, case: dict, layout: str, args) -> dict:
     from rlpar.run.runner import RunConfig, run
     from rlpar.tools import registry
 
-    block = 1 if layout == "rows" else accelerator_block(case, config_for(case))
-    config = config_for(case).replace(shuffle_block=block)  # the layout is the config's, the same on every backend
+    preset = config_for(case)
+    block = 1 if layout == "rows" else accelerator_block(case, preset)
+    config = preset.replace(shuffle_block=block)  # the layout is the config's, the same on every backend
     eval_every = case["eval_every"] or max(1, config.num_updates // 10)
     run_config = RunConfig(env=case["env"], devices=1, num_seeds=args.seeds, eval_every=eval_every,
                            eval_episodes=args.eval_episodes, log_every=eval_every, compile_cache="off")
@@ -132,13 +134,7 @@ def train_layout(name: str, case: dict, layout: str, args) -> dict:
                          num_minibatches=config.num_minibatches, update_epochs=config.update_epochs,
                          env_steps=curve[-1][0], greedy_curve=curve, final_greedy=final, final_mean=mean,
                          final_ci95=[low, high], compile_s=result.compile_s, wall_s=wall_s,
-                         backend=jax.default_backend(), config=config_fields(config))
-
-
-def config_fields(config) -> dict:
-    import dataclasses
-
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+                         backend=jax.default_backend(), config=dataclasses.asdict(config))
 
 
 def summary(rows: list[dict]) -> list[str]:
