@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -97,6 +97,73 @@ def minibatches(x: jax.Array, order: jax.Array, num_minibatches: int, block: int
     units = x.reshape((n // block, block, width) if slabs else (n // block, block * width))
     taken = jnp.take(units, order, axis=0)
     return taken.reshape((num_minibatches, n // num_minibatches, width))
+
+
+def rows_of(batch, block: int = 1) -> tuple[Any, Callable[[Any], Any]]:
+    """``(rows, split)``: what an epoch gathers into minibatches of units of ``block`` rows (``minibatches`` on each
+    leaf of ``rows``), and ``split(minibatch)``, one minibatch of it (leaves ``[R, F]``) as ``batch``'s tree with
+    leaves ``[R, ...]``.
+
+    With ``rlpar.core.platform.packed_gather(block)`` every leaf's values are laid side by side as 32-bit words in one
+    ``uint32 [N, W]`` array (``pack``): an epoch gathers one array instead of one per leaf. Otherwise ``rows`` is
+    ``batch`` itself. The values ``split`` gives are the same either way, bit for bit."""
+    if platform.packed_gather(block):
+        packed, unpack = pack(batch)
+        return packed, unpack
+    return batch, lambda minibatch: restore(minibatch, batch)
+
+
+def pack(tree) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+    """``(packed, unpack)``: ``tree``'s leaves (each ``[N, ...]``) as the columns of one ``uint32 [N, W]`` array,
+    and ``unpack(rows)``, which takes rows of it (``[R, W]``) back to ``tree``'s structure, dtypes and trailing shapes
+    (leaves ``[R, ...]``), bit for bit. A 32-bit value is one word (its bits); a narrower one is widened to a word
+    (integers and booleans by value, 16-bit floats by their bits); a 64-bit one takes two words."""
+    leaves, treedef = jax.tree.flatten(tree)
+    n = leaves[0].shape[0]
+    columns, specs = [], []
+    for leaf in leaves:
+        words = _to_words(leaf.reshape((n, -1)))
+        specs.append((leaf.dtype, leaf.shape[1:], words.shape[1]))
+        columns.append(words)
+    packed = jnp.concatenate(columns, axis=1) if len(columns) > 1 else columns[0]
+
+    def unpack(rows: jax.Array):
+        out, start = [], 0
+        for dtype, shape, width in specs:
+            part = rows[:, start:start + width]
+            start += width
+            out.append(_from_words(part, dtype).reshape(rows.shape[:1] + shape))
+        return jax.tree.unflatten(treedef, out)
+
+    return packed, unpack
+
+
+def _to_words(x: jax.Array) -> jax.Array:
+    """``x [N, F]`` as ``uint32 [N, F * max(1, itemsize / 4)]``, losslessly (``_from_words`` inverts it)."""
+    n = x.shape[0]
+    size = x.dtype.itemsize
+    if size >= 4:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32).reshape((n, -1))
+    if jnp.issubdtype(x.dtype, jnp.floating):  # float16, bfloat16, 8-bit floats: their bits, widened
+        x = jax.lax.bitcast_convert_type(x, jnp.uint16 if size == 2 else jnp.uint8)
+    elif jnp.issubdtype(x.dtype, jnp.signedinteger):  # by value, sign kept
+        return jax.lax.bitcast_convert_type(x.astype(jnp.int32), jnp.uint32)
+    return x.astype(jnp.uint32)
+
+
+def _from_words(words: jax.Array, dtype) -> jax.Array:
+    """``_to_words``'s inverse for a column range of ``words`` ``[R, K]`` that held values of ``dtype``."""
+    dtype = jnp.dtype(dtype)
+    size = dtype.itemsize
+    if size >= 4:
+        return jax.lax.bitcast_convert_type(words.reshape(words.shape[0], -1, size // 4) if size > 4 else words, dtype)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(words.astype(jnp.uint16 if size == 2 else jnp.uint8), dtype)
+    if dtype == jnp.bool_:
+        return words != 0
+    if jnp.issubdtype(dtype, jnp.signedinteger):
+        return jax.lax.bitcast_convert_type(words, jnp.int32).astype(dtype)
+    return words.astype(dtype)
 
 
 def restore(minibatch, like):

@@ -69,14 +69,14 @@ def config_for(case: dict):
 
 
 def accelerator_block(case: dict, config) -> int:
-    """The block an accelerator's sort-based shuffle picks for ``config`` on one device (a team agent's rows are
+    """The block an accelerator's shuffle picks for ``config`` on one device (a team agent's rows are
     env x agent samples)."""
     import envs
     from rlpar.core import platform
 
     agents_per_env = getattr(envs.make(case["env"])[0], "num_agents", 1) if case["agent"] != "ppo" else 1
     rows = config.num_envs * agents_per_env
-    with platform.forcing(shuffle_method="sort"):
+    with platform.fast_paths(False):
         return platform.shuffle_block(config.num_steps * rows, rows, config.num_minibatches)
 
 

@@ -9,6 +9,7 @@ and the median (range) of the per-turn ratios against the first method listed; o
 
     python benchmarks/shuffle_paths.py --num-envs 4096
     python benchmarks/shuffle_paths.py --env Breakout-MinAtar --preset --num-envs 4096 --out results.jsonl
+    python benchmarks/shuffle_paths.py --num-envs 4096 --methods sort/1,sort/1/packed,feistel/1/packed,sort/64
 """
 
 from __future__ import annotations
@@ -26,16 +27,18 @@ from thunks import median_seconds
 def _method(spec: str):
     """Programs traced inside the block shuffle by ``spec``: ``feistel`` or ``sort``, optionally ``/BLOCK`` (rows
     of a step moved together, ``agents.shuffle.block_size``; without or empty, the platform's choice) and
-    ``/LAYOUT`` (``flat``, the default, ``blocks`` or ``shaped``: ``agents.shuffle.minibatches``), or ``none``: no
-    permutation and no gather, the batch cut into minibatches in its collected order."""
+    ``/LAYOUT`` (``flat``, the default, ``blocks`` or ``shaped``: ``agents.shuffle.minibatches``; ``+packed``, or
+    ``packed`` alone for flat: the batch's leaves gathered as one packed array, ``agents.shuffle.rows_of``), or
+    ``none``: no permutation and no gather, the batch cut into minibatches in its collected order."""
     import jax.numpy as jnp
 
     from agents import shuffle
+    from rlpar.core import platform
 
-    name, _, block = spec.partition("/")
-    block, _, layout = block.partition("/")
+    name, block, layout, packed = _parts(spec)
     if name != "none":
-        with shuffle.using(name, int(block) if block else None, layout or "flat"):
+        with shuffle.using(name, int(block) if block else None, layout or "flat"), \
+                platform.forcing(packed_gather=packed):
             yield
         return
     saved = shuffle.permutation, shuffle.minibatches
@@ -47,11 +50,23 @@ def _method(spec: str):
         shuffle.permutation, shuffle.minibatches = saved
 
 
-def _valid(spec: str) -> bool:
+def _parts(spec: str) -> tuple[str, str, str, bool]:
+    """``"sort/64/blocks+packed"`` -> ``("sort", "64", "blocks", True)``; ``"sort/1/packed"``: the flat layout,
+    packed (``rlpar.core.platform.packed_gather``)."""
     name, _, block = spec.partition("/")
     block, _, layout = block.partition("/")
+    layout, plus, packed = layout.partition("+")
+    if layout == "packed" and not plus:
+        layout, packed = "", "packed"
+    return name, block, layout, packed == "packed"
+
+
+def _valid(spec: str) -> bool:
+    name, block, layout, packed = _parts(spec)
+    suffix = spec.rpartition("/")[2]
     return spec == "none" or (name in ("feistel", "sort") and (not block or (block.isdigit() and int(block) >= 1))
-                              and layout in ("", "flat", "blocks", "shaped"))
+                              and layout in ("", "flat", "blocks", "shaped")
+                              and (packed or "+" not in suffix) and suffix.count("+") <= 1)
 
 
 def main(argv=None) -> int:
@@ -59,7 +74,7 @@ def main(argv=None) -> int:
     common.add_ppo_config_arguments(parser)
     parser.add_argument("--methods", default="feistel,sort,none",
                         help="comma list of feistel, sort (each optionally /BLOCK and /LAYOUT, e.g. sort/64, "
-                             "sort/64/blocks, sort//shaped) and none")
+                             "sort/64/blocks, sort//shaped, sort/1/packed, sort/64/blocks+packed) and none")
     parser.add_argument("--updates", type=int, default=3, help="updates per compiled call")
     parser.add_argument("--rounds", type=int, default=5, help="turns of the methods")
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per turn (their median)")

@@ -336,3 +336,18 @@ def test_chunk_overhead_times_each_kind_of_program_at_one_env(tmp_path):
     assert all(r["num_envs"] == 1 and r["num_steps"] == 16 and r["collector_unroll"] == 2 and r["ms_per_update"] > 0
                and isinstance(r["platform_evaluation_in_chunk"], bool) and isinstance(r["runner_donates"], bool)
                for r in records)
+
+
+def test_shuffle_paths_reads_each_method_spec_and_refuses_a_bad_one(monkeypatch):
+    spec = importlib.util.spec_from_file_location("benchmarks_shuffle_paths", BENCHMARKS / "shuffle_paths.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    spec.loader.exec_module(module)
+    assert module._parts("sort/64/blocks+packed") == ("sort", "64", "blocks", True)
+    assert module._parts("feistel/1/packed") == ("feistel", "1", "", True)
+    assert module._parts("sort//shaped") == ("sort", "", "shaped", False)
+    assert module._parts("sort") == ("sort", "", "", False)
+    for good in ("none", "feistel", "sort/8", "sort/1/packed", "sort/64/blocks+packed", "sort//shaped"):
+        assert module._valid(good), good
+    for bad in ("bogus", "sort/0", "sort/x", "sort/1/tiles", "sort/1/flat+tight", "sort/1/flat+packed+packed"):
+        assert not module._valid(bad), bad

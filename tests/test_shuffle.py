@@ -72,11 +72,19 @@ def test_neighbours_are_separated_as_by_chance(method):
 
 
 def test_the_platform_picks_the_method_and_the_block():
-    """XLA:CPU (these tests' backend) takes the Feistel walk and moves rows one by one; forcing the sort lets blocks
-    grow to the largest power of two that divides the step's rows and leaves MIN_UNITS blocks per minibatch."""
+    """XLA:CPU (these tests' backend) takes the Feistel walk and moves rows one by one; off the fast paths (an
+    accelerator's answer) blocks grow to the largest power of two that divides the step's rows and leaves MIN_UNITS
+    blocks per minibatch, whichever the permutation."""
+    from rlpar.core import platform
+
     assert shuffle.method() == "feistel"
     assert shuffle.block_size(128 * 4096, 4096, 8) == 1
+    with platform.fast_paths(False):
+        assert shuffle.method() == "sort"  # the backend is a CPU's: a GPU's answer (a TPU takes the Feistel walk)
+        assert shuffle.block_size(128 * 4096, 4096, 8) == shuffle.BLOCK_MAX
     with shuffle.using("sort"):
+        assert shuffle.block_size(128 * 4096, 4096, 8) == 1  # the method alone does not make blocks
+    with shuffle.using("sort"), platform.fast_paths(False):
         assert shuffle.method() == "sort"
         assert shuffle.block_size(128 * 4096, 4096, 8) == shuffle.BLOCK_MAX
         assert shuffle.block_size(128 * 48, 48, 4) == 4  # blocks of 8 would leave 192 units per minibatch
@@ -96,7 +104,9 @@ def test_the_configs_shuffle_block_overrides_the_backend_and_is_refused_where_it
     from agents.pqn import PQNConfig
     from agents.ppo_rnn import RecurrentPPOConfig
 
-    with shuffle.using("sort"):  # the backend would pick blocks of 64 here
+    from rlpar.core import platform
+
+    with platform.fast_paths(False):  # the backend would pick blocks of 64 here
         assert shuffle.rows_per_unit(PPOConfig(num_minibatches=8), 128 * 4096, 4096) == shuffle.BLOCK_MAX
         assert shuffle.rows_per_unit(PPOConfig(num_minibatches=8, shuffle_block=1), 128 * 4096, 4096) == 1
         assert shuffle.rows_per_unit(PQNConfig(num_minibatches=8, shuffle_block=16), 128 * 4096, 4096) == 16
@@ -176,3 +186,74 @@ def test_block_orders_equally_likely(method):
     chi2 = ((counts - expected) ** 2 / expected).sum()
     dof = (buckets - 1) ** 2
     assert chi2 < dof + 3.1 * np.sqrt(2 * dof) + 10
+
+
+def test_pack_gives_every_leaf_back_bit_for_bit_whatever_its_dtype_and_shape():
+    """``pack`` lays leaves of every dtype a batch may hold side by side as 32-bit words; ``unpack`` of any rows
+    gives those rows of every leaf back, bits, dtype and shape (negative small integers, NaN payloads, empty leaves)."""
+    n = 10
+    key = jax.random.PRNGKey(0)
+    tree = {
+        "obs": jax.random.normal(key, (n, 3, 2)),
+        "action": jnp.arange(n, dtype=jnp.int32) - 5,
+        "done": jnp.arange(n) % 3 == 0,
+        "int8": (jnp.arange(n) - 6).astype(jnp.int8),
+        "uint8": (jnp.arange(n) * 25).astype(jnp.uint8),
+        "bf16": jax.random.normal(key, (n,)).astype(jnp.bfloat16),
+        "nan": jnp.full((n,), jnp.nan, jnp.float32).at[0].set(-jnp.inf),
+        "empty": jnp.zeros((n, 0)),
+    }
+    packed, unpack = shuffle.pack(tree)
+    assert packed.dtype == jnp.uint32 and packed.shape == (n, 6 + 6)
+    rows = jnp.array([7, 0, 3])
+    got = unpack(packed[rows])
+    for name, leaf in tree.items():
+        want = np.asarray(leaf)[np.asarray(rows)]
+        assert got[name].dtype == leaf.dtype and got[name].shape == want.shape, name
+        np.testing.assert_array_equal(np.asarray(got[name]).view(np.uint8), want.view(np.uint8), err_msg=name)
+
+
+@pytest.mark.parametrize("agent", ["ppo", "pqn"])
+def test_a_packed_gather_fits_bit_for_bit_as_one_gather_per_leaf(agent):
+    """The packed gather (``rlpar.core.platform.packed_gather``) changes how an epoch's rows are read, not which: PPO's
+    fit and PQN's give the same parameters and optimizer state, with single rows and with blocks, over two devices (a
+    vmapped axis: the collectives run as on devices): PQN's bit for bit, PPO's to float rounding (its advantage
+    moments are then summed per epoch, not for all epochs at once); the loss statistics (means XLA may sum in another
+    order) to float rounding."""
+    import gymnax
+
+    import agents
+    from rlpar.core import platform
+
+    env, env_params = gymnax.make("CartPole-v1")
+    steps, envs, devices = 16, 8, 2
+    n = steps * envs
+    config = (agents.ppo.PPOConfig if agent == "ppo" else agents.pqn.PQNConfig)(
+        num_envs=envs, num_steps=steps, num_minibatches=4, update_epochs=2, hidden_sizes=(16,))
+    make = agents.ppo.learner.make_ppo if agent == "ppo" else agents.pqn.learner.make_pqn
+    keys = jax.random.split(jax.random.PRNGKey(1), 6)
+    obs = jax.random.normal(keys[0], (devices, n, 4))
+    action = jax.random.randint(keys[1], (devices, n), 0, 2)
+    floats = [jax.random.normal(k, (devices, n)) for k in keys[2:]]
+    if agent == "ppo":
+        batch = agents.ppo.learner.Batch(obs, action, -jnp.abs(floats[0]), *floats[1:])
+    else:
+        batch = agents.pqn.learner.Batch(obs, action, floats[0])
+
+    def fit(block, packed):
+        with platform.forcing(packed_gather=packed):
+            learner = make(config.replace(shuffle_block=block), env, env_params, envs, axis_name="d")
+            state = learner.init(jax.random.PRNGKey(2), jax.random.PRNGKey(3))
+            run = jax.vmap(lambda b, k: learner.fit(state.params, state.opt_state, b, k, step_rows=envs),
+                           axis_name="d")
+            return jax.jit(run)(batch, jax.random.split(jax.random.PRNGKey(4), devices))
+
+    for block in (1, 4):
+        (params, opt_state, stats), (params_p, opt_state_p, stats_p) = fit(block, False), fit(block, True)
+        for a, b in zip(jax.tree.leaves((params, opt_state)), jax.tree.leaves((params_p, opt_state_p)), strict=True):
+            if agent == "pqn":
+                np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"block {block}")
+            else:  # the advantage moments summed per epoch rather than for all epochs at once: float rounding
+                np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-8, err_msg=f"block {block}")
+        for a, b in zip(jax.tree.leaves(stats), jax.tree.leaves(stats_p), strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7, err_msg=f"block {block}")

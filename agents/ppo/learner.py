@@ -5,8 +5,9 @@ Everything here is pure and takes ``axis_name`` (``None`` for one device). Gradi
 advantage-normalisation statistics are reduced over that axis, so every device applies the same update to the same
 parameters. How the axis is provided (pmap, shard_map) is ``rlpar.core.parallel``'s business. Collectives are few (each
 one is a rendezvous of the devices): per update, one for the advantage statistics of every minibatch of every epoch
-(the shuffles are drawn up front), one per minibatch step for the gradient, one for the loss statistics of all steps,
-and one for the observation statistics.
+(the shuffles are drawn up front; one per epoch where the batch is gathered packed, ``agents.shuffle.rows_of``), one
+per minibatch step for the gradient, one for the loss statistics of all steps, and one for the observation
+statistics.
 """
 
 from __future__ import annotations
@@ -172,16 +173,22 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
         def minibatch_step(carry, xs):
             p, opt_state = carry
             minibatch, minibatch_moments = xs
-            grads, info = local_grad(step_loss, p, shuffle.restore(minibatch, batch), minibatch_moments)
+            grads, info = local_grad(step_loss, p, split(minibatch), minibatch_moments)
             updates, opt_state = step_tx.update(grads, opt_state, p)
             return (jax.tree.map(jnp.add, p, updates), opt_state), info
 
         block = shuffle.rows_per_unit(config, batch.advantage.shape[0], step_rows)
-        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name, block)
+        rows, split = shuffle.rows_of(batch, block)  # one packed array or the batch's leaves: what each epoch gathers
+        packed = rows is not batch
+        # Packed, the advantages' moments come from each epoch's own gather (one collective per epoch), not a
+        # gather of their own up front.
+        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name, block, gather=not packed)
 
         def epoch(carry, xs):
             perm, epoch_moments = xs  # [N / block], [M, 2]
-            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), batch)
+            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), rows)
+            if packed and config.normalize_advantages:
+                epoch_moments = moments(jax.vmap(split)(minibatches).advantage, axis_name, axis=-1)
             return jax.lax.scan(minibatch_step, carry, (minibatches, epoch_moments))
 
         (flat_params, opt_state), infos = jax.lax.scan(epoch, (flat_params, opt_state), (perms, adv_moments))
@@ -190,12 +197,13 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
     return grad, fit
 
 
-def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None, block: int = 1):
+def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None, block: int = 1,
+              gather: bool = True):
     """Every epoch's permutation of the batch's blocks ``[E, N / block]`` and every minibatch's advantage moments
     over all devices ``[E, M, 2]`` (one collective for all of them; zeros, and no collective, when advantages are not
-    normalised)."""
+    normalised or ``gather`` is off: the caller takes them from its own gathers)."""
     perms = shuffle.epoch_orders(key, advantage.shape[0], config.update_epochs, block)
-    if config.normalize_advantages:
+    if config.normalize_advantages and gather:
         minibatch_advantages = jax.vmap(lambda p: shuffle.minibatches(advantage, p, config.num_minibatches, block))(perms)
         minibatch_advantages = minibatch_advantages.reshape(perms.shape[0], config.num_minibatches, -1)
         return perms, moments(minibatch_advantages, axis_name, axis=-1)

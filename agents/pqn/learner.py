@@ -154,7 +154,7 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
 
         def minibatch_step(carry, minibatch: Batch):
             p, opt_state = carry
-            grads, stats = local_grad(step_loss, p, shuffle.restore(minibatch, batch))
+            grads, stats = local_grad(step_loss, p, split(minibatch))
             updates, opt_state = step_tx.update(grads, opt_state, p)
             return (jax.tree.map(jnp.add, p, updates), opt_state), stats
 
@@ -162,8 +162,10 @@ def _make_fit(config: PQNConfig, network: QNetwork, axis_name: str | None):
         block = shuffle.rows_per_unit(config, n, step_rows)
         perms = shuffle.epoch_orders(key, n, config.update_epochs, block)
 
+        rows, split = shuffle.rows_of(batch, block)  # one packed array or the batch's leaves: what each epoch gathers
+
         def epoch(carry, perm):
-            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), batch)
+            minibatches = jax.tree.map(lambda x: shuffle.minibatches(x, perm, config.num_minibatches, block), rows)
             return jax.lax.scan(minibatch_step, carry, minibatches)
 
         (flat_params, opt_state), stats = jax.lax.scan(epoch, (flat_params, opt_state), perms)

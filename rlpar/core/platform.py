@@ -132,6 +132,7 @@ def _check_unroll(steps):
 
 
 _CHECKS = {"shuffle_method": _check_method, "shuffle_block": _check_block, "gather_layout": _check_layout,
+           "packed_gather": _check_bool,
            "keys_up_front": _check_bool, "collector_unroll": _check_unroll, "raveled_update": _check_bool,
            "gae_method": _check_gae, "evaluation_in_chunk": _check_bool, "donate_state": _check_bool,
            "one_env_step": _check_bool}
@@ -191,6 +192,11 @@ def set_shuffle_block(rows: int | None) -> None:
 def set_gather_layout(name: str | None) -> None:
     """Force ``gather_layout``'s answer (one of ``GATHER_LAYOUTS``); ``None`` lets it decide again."""
     _force("gather_layout", name)
+
+
+def set_packed_gather(enabled: bool | None) -> None:
+    """Force ``packed_gather``'s answer; ``None`` lets the backend decide again."""
+    _force("packed_gather", enabled)
 
 
 def set_keys_up_front(enabled: bool | None) -> None:
@@ -352,25 +358,27 @@ LANES = 128  # a TPU tile's minor dimension: blocks of rows at least this wide g
 
 
 def shuffle_method(platform: str | None = None) -> str:
-    """The permutation a trace takes: the forced one if set, else ``"feistel"`` (no sort) on the fast paths and
-    ``"sort"`` (``jax.random.permutation``) elsewhere.
+    """The permutation a trace takes: the forced one if set, else ``"feistel"`` (no sort) on the fast paths and on a
+    TPU, ``"sort"`` (``jax.random.permutation``) elsewhere.
 
     Why: XLA:CPU sorts with a comparator call per comparison; on PPO's large CartPole config (1024 environments x 128
     steps, 4 epochs) the sorting shuffles took about a third of an update. On a TPU v5e the two were close, and the
     permutation was not where the update's time went (the row gathers were): whole PPO updates at 4,096 envs with
     single rows took 133.5 ms with the Feistel walk and 144.8 ms with the sort on CartPole, 1,499 and 1,509 ms on
-    Breakout-MinAtar. With blocks of rows (``shuffle_block``) there are 64 times fewer units to permute, so the
-    choice matters less still; off the CPU the sort is kept: JAX's own, no data-dependent ``while_loop``
-    (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e")."""
+    Breakout-MinAtar (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"). Once the gather of single
+    rows was packed (``packed_gather``) the permutation was a large share of what was left: CartPole's update took
+    28.1 ms with the sort and 16.9 ms with the Feistel walk, so a TPU takes the walk. With blocks of rows
+    (``shuffle_block``) there are 64 times fewer units to permute. Not measured on a GPU: the sort there, JAX's own,
+    no data-dependent ``while_loop``."""
     method = _forced.get("shuffle_method")
     if method is not None:
         return method
-    return "feistel" if cpu_fast_paths(platform) else "sort"
+    return "feistel" if cpu_fast_paths(platform) or (platform or jax.default_backend()) == "tpu" else "sort"
 
 
 def shuffle_block(n: int, step_rows: int | None, num_minibatches: int) -> int:
-    """How many consecutive rows of a flat batch of ``n`` rows move together when it is shuffled: 1 with the Feistel
-    method; otherwise the largest power of two up to ``BLOCK_MAX`` that divides ``step_rows`` (the rows one time step
+    """How many consecutive rows of a flat batch of ``n`` rows move together when it is shuffled: 1 on the fast
+    paths; otherwise the largest power of two up to ``BLOCK_MAX`` that divides ``step_rows`` (the rows one time step
     contributes: ``flat index = t * step_rows + r``, so a block never spans two time steps) and leaves every
     minibatch at least ``MIN_UNITS`` blocks. ``None`` (layout unknown): 1. A forced block is taken where it divides
     the step's rows and the minibatches, else 1.
@@ -385,7 +393,7 @@ def shuffle_block(n: int, step_rows: int | None, num_minibatches: int) -> int:
     block = _forced.get("shuffle_block")
     if block is not None:
         return block if step_rows % block == 0 and (n // block) % num_minibatches == 0 else 1
-    if shuffle_method() == "feistel":
+    if cpu_fast_paths():
         return 1
     block = 1
     while (block * 2 <= BLOCK_MAX and step_rows % (block * 2) == 0
@@ -410,6 +418,26 @@ def gather_layout(block: int, width: int) -> str:
     if layout is not None:
         return layout
     return "blocks" if block > 1 and width >= LANES else "flat"
+
+
+def packed_gather(block: int = 1, platform: str | None = None) -> bool:
+    """Whether an epoch's minibatch gather of units of ``block`` rows takes the batch's leaves packed side by side
+    into one ``uint32`` row per sample (``agents.shuffle.pack``: one gather per epoch) or gathers each leaf on its own
+    (one gather per leaf: a PPO batch has six): the forced answer if set, else on for single rows on a TPU, off
+    elsewhere. The values every minibatch step sees are the same either way, bit for bit.
+
+    Why: an accelerator gathers single rows of a few values each at a cost per row, so one gather of rows of all the
+    leaves costs about what one leaf's did. On a TPU v5e (PPO, 4,096 envs x 128 steps, whole updates,
+    ``benchmarks/shuffle_paths.py``): CartPole's update with single rows took 143.5 ms gathered leaf by leaf and
+    28.1 ms packed (16.9 ms packed with the Feistel permutation); Breakout-MinAtar's preset 65.1 ms and 42.4 ms. With
+    blocks of 64 rows packing did not pay on CartPole (11.4 ms against 15.6 ms; Breakout-MinAtar's [64, F] slabs 37.8
+    against 36.6 ms), so blocks gather leaf by leaf. On XLA:CPU packing was within the host's spread or slower (2
+    cores, CartPole at 256 envs: 226 ms leaf by leaf, 243 ms packed): off there. Not measured on a GPU: off there
+    (``benchmarks/results/2026-12-07/shuffle_packed_*_tpu_v5e.jsonl``)."""
+    packed = _forced.get("packed_gather")
+    if packed is not None:
+        return packed
+    return block == 1 and (platform or jax.default_backend()) == "tpu" and not cpu_fast_paths(platform)
 
 
 # --- the collector (rlpar.core.rollout) -----------------------------------------------------------------------------------
