@@ -10,7 +10,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--total-timesteps", "96",
-        "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "3"]
+        "--num-minibatches", "2", "--hidden-sizes", "8", "--log-every", "3", "--eval-every", "0"]
 
 
 def _train(cwd: Path, *flags: str, env_extra: dict | None = None) -> str:
