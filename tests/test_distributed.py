@@ -202,8 +202,8 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
     # One run dir for both processes, as a cluster's shared filesystem gives them. Two chunks of 2 updates, a
     # checkpoint after each; both processes SIGKILL themselves after update 4's metrics line, before its checkpoint.
     run_dir = tmp_path / "run"
-    flags = ["--env", "CartPole-v1", "--log-every", "2", "--checkpoint-every", "2", "--run-dir", str(run_dir),
-             *_config_flags(CONFIG)]
+    flags = ["--env", "CartPole-v1", "--log-every", "2", "--checkpoint-every", "2", "--eval-every", "0",
+             "--run-dir", str(run_dir), *_config_flags(CONFIG)]
     port = _free_port()
     killed = {f"first{i}": _start([sys.executable, str(SIGKILL_AFTER), "4", "ppo", *flags,
                                    *_process_flags(port, i, heartbeat_timeout_s=30)],
@@ -211,7 +211,7 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
               for i in range(2)}
     try:
         # The uninterrupted single-process run with the same global devices, seed and num_envs.
-        reference = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2))
+        reference = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2, eval_every=0))
     finally:
         _wait_all(killed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
     for name, proc in killed.items():
@@ -232,8 +232,8 @@ def test_two_processes_checkpoint_through_process_0_and_resume_together(tmp_path
                                       *_process_flags(port, i, heartbeat_timeout_s=30)[2:]], tmp_path, f"resumed{i}")
                for i in range(2)}
     try:
-        alone = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2,
-                                                         checkpoint_every=2, run_dir=str(alone_dir)), resume=True)
+        alone = run(agents.ppo.SPEC, CONFIG, RunConfig(env="CartPole-v1", devices=4, log_every=2, checkpoint_every=2,
+                                                         eval_every=0, run_dir=str(alone_dir)), resume=True)
     finally:
         _wait_all(resumed, tmp_path, time.monotonic() + PROCESS_DEADLINE_S)
     for name, proc in resumed.items():
