@@ -4,12 +4,14 @@ Started by ``benchmarks/device_run.sh``, which installs what the machine lacks f
 ``REJAX_SITE`` for the peer. Three processes, since a TPU costs 10-15 s to open per process and only one process may
 hold it; each part's JSON lines go to a file of its own under ``--out``:
 
-- ``rollout.jsonl``: ``rollout_sps.py`` on CartPole-v1, 2^10 .. 2^17 envs x 128 steps, the engine's collector and
-  the bare gymnax loop (one process, every size);
+- ``rollout.jsonl``: ``rollout_sps.py`` on CartPole-v1, 2^10 .. 2^17 envs x 128 steps (five sizes), the engine's
+  collector and the bare gymnax loop (one process, every size);
 - ``ppo_cartpole.jsonl`` and ``ppo_breakout.jsonl``: ``train_sps.py`` (rlpar's PPO, the env's preset) at 1, 4096
   and 65536 envs x 128 steps, all of rlpar's rows in one process (``--then``), then rejax's PPO on the same configs
   (``peers.py``; Breakout-MinAtar's preset, an MLP of 2 x 256, matched field by field as in
-  ``train_vs_peer.py``), its rows in one process too;
+  ``train_vs_peer.py``), its rows in one process too. Like for like: rlpar's row for the ratio samples single rows
+  as rejax does (``--shuffle-block 1``); where rlpar's own layout differs (blocks of rows on an accelerator, at more
+  than one env) it has a row of its own beside it, labelled, never the ratio's side;
 - ``accelerator.json``: what the first process saw (JAX's device, its kind, count and memory, the backend every
   later process is then pinned to), libtpu's version or ``nvidia-smi``'s line, where JAX came from, the host CPU;
 - ``summary.md``: the accelerator, the tables and every row not measured with its reason, also printed at the end.
@@ -20,10 +22,11 @@ it starts no row after its share is spent (``--deadline``: the row gets a ``not_
 stopped ``grace_s`` later (the row in flight is lost and named), and never after the budget's end.
 
 ``EXPECTED_S`` follows the first run on one TPU v5e chip (2026-12-05, 519 s in all with 49 s of installing): the
-collector's rows took about 22 s each (two compiles of 3-10 s, the timing, the state's set-up), so its 121 s share
-then held five of the eight sizes; rlpar's five PPO rows took about 90 s (compiles of 9-25 s) and rejax's five about
-240 s (compiles of 12-40 s). The shares now give the collector about 190 s for its eight rows, rlpar 95 s and rejax
-240 s: with the installs, about 9.5 minutes, inside the budget only just; rows cut off are named.
+collector's rows took about 22 s each (two compiles of 3-10 s, the timing, the state's set-up); rlpar's five PPO rows
+took about 90 s (compiles of 9-25 s) and rejax's five about 240 s (compiles of 12-40 s). rlpar now runs each size
+twice where its layouts differ (single rows for the ratio, its own layout beside them: four rows more, one of them
+too big for a v5e), so the collector measures five sizes (2^10, 2^12, 2^14, 2^16, 2^17) in about 120 s, rlpar
+about 150 s and rejax 240 s: with the installs, about 9.3 minutes. Rows cut off are named.
 
 Breakout-MinAtar at 65536 envs is not run where it cannot fit: its observations alone are 65536 x 128 steps x 400
 float32, 13.4 GB, and PPO keeps a shuffled copy beside them during the update; a row whose observations exceed half
@@ -70,7 +73,7 @@ class Budget(NamedTuple):
 
 
 FULL = Budget(
-    rollout_envs=[2 ** k for k in range(10, 18)], rollout_repeats=3, rollout_min_repeat_s=0.2,
+    rollout_envs=[2 ** k for k in (10, 12, 14, 16, 17)], rollout_repeats=3, rollout_min_repeat_s=0.2,
     train={
         "CartPole-v1": [(1, 65_536, 64), (4096, 8_388_608, 4), (65536, 67_108_864, 2)],
         "Breakout-MinAtar": [(1, 32_768, 32), (4096, 4_194_304, 2), (65536, 33_554_432, 1)],
@@ -87,9 +90,10 @@ QUICK = Budget(
     rejax_repeats=1, budget_s=1200, grace_s=400,
 )
 PART_FILES = {"CartPole-v1": "ppo_cartpole.jsonl", "Breakout-MinAtar": "ppo_breakout.jsonl"}
+KIND_LABELS = {"rlpar": "rlpar (single rows)", "rlpar-default": "rlpar (its own layout)"}
 NUM_STEPS = 128
 # Seconds each process is expected to take on one TPU v5e (from its first run: see above); shares follow them.
-EXPECTED_S = {"collector": 190, "rlpar": 95, "rejax": 240}
+EXPECTED_S = {"collector": 120, "rlpar": 150, "rejax": 240}
 # float32 numbers in one observation, and the share of the device's memory a row's observations may take.
 OBS_FLOATS = {"CartPole-v1": 4, "Breakout-MinAtar": 400}
 MEMORY_SHARE = 0.5
@@ -98,7 +102,7 @@ MEMORY_SHARE = 0.5
 class Row(NamedTuple):
     """One measurement: the collector at ``num_envs``, or one program's PPO training at ``num_envs``."""
 
-    kind: str  # "collector", "rlpar" or "rejax"
+    kind: str  # "collector", "rlpar" (single rows, as rejax samples), "rlpar-default" (its own layout) or "rejax"
     env: str
     num_envs: int
     argv: list[str]  # the row's flags for its script (empty for the collector: one command measures every size)
@@ -109,18 +113,27 @@ class Row(NamedTuple):
 
     @property
     def label(self) -> str:
-        program = "collector" if self.kind == "collector" else f"PPO, {self.kind}"
+        program = "collector" if self.kind == "collector" else f"PPO, {KIND_LABELS.get(self.kind, self.kind)}"
         return f"{program}, {self.env}, {_envs(self.num_envs)}"
+
+
+def line_kind(line: dict) -> str:
+    """The ``Row.kind`` a record or ``not_measured`` line answers."""
+    if line.get("benchmark") == "rollout":
+        return "collector"
+    kind = line.get("program") or line["peer"]  # rejax's lines name their peer
+    return "rlpar-default" if kind == "rlpar" and line.get("layout") == "default" else kind
 
 
 def line_key(line: dict) -> tuple[str, str, int]:
     """The ``Row.key`` a record or ``not_measured`` line answers."""
-    kind = "collector" if line.get("benchmark") == "rollout" else line.get("program") or line["peer"]  # rejax: peer
-    return kind, line["env"], line["num_envs"]
+    return line_kind(line), line["env"], line["num_envs"]
 
 
 def plan(budget: Budget, parts: set[str], out_dir: Path) -> dict[str, list[Row]]:
-    """The rows of each process, in order: ``{"collector": [...], "rlpar": [...], "rejax": [...]}``."""
+    """The rows of each process, in order: ``{"collector": [...], "rlpar": [...], "rejax": [...]}``. rlpar's
+    process runs each size with single rows (``--shuffle-block 1``, rejax's sampling: the ratio's side), then, where
+    its backend's own layout differs (more than one env), with that layout (``rlpar-default``, a row of its own)."""
     rows: dict[str, list[Row]] = {"collector": [], "rlpar": [], "rejax": []}
     if "rollout" in parts:
         rows["collector"] = [Row("collector", "CartPole-v1", n, []) for n in budget.rollout_envs]
@@ -130,10 +143,12 @@ def plan(budget: Budget, parts: set[str], out_dir: Path) -> dict[str, list[Row]]
         for num_envs, total, log_every in budget.train[env_id]:
             # --collector-unroll 0: the backend's collector, whatever the env's preset asks for its own shape (the
             # Breakout-MinAtar accelerator preset takes one step per iteration for its compile time)
-            rows["rlpar"].append(Row("rlpar", env_id, num_envs, [
-                "--env", env_id, "--devices", "1", "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS),
-                "--total-timesteps", str(total), "--log-every", str(log_every), "--collector-unroll", "0",
-                "--out", str(out_dir / PART_FILES[env_id])]))
+            flags = ["--env", env_id, "--devices", "1", "--num-envs", str(num_envs), "--num-steps", str(NUM_STEPS),
+                     "--total-timesteps", str(total), "--log-every", str(log_every), "--collector-unroll", "0",
+                     "--out", str(out_dir / PART_FILES[env_id])]
+            rows["rlpar"].append(Row("rlpar", env_id, num_envs, [*flags, "--shuffle-block", "1"]))
+            if num_envs > 1:
+                rows["rlpar"].append(Row("rlpar-default", env_id, num_envs, [*flags, "--shuffle-block", "0"]))
             rows["rejax"].append(Row("rejax", env_id, num_envs,
                                      [*rejax_flags(env_id, num_envs, total), "--repeats", str(budget.rejax_repeats)]))
     return rows
@@ -339,11 +354,12 @@ def summary(out_dir: Path, acc: dict, not_run: list[str], times: dict[str, float
              f"{times['packages'] + times['rows']:.0f} s of the {times['budget']:.0f} s budget.", ""]
     rollout = read_jsonl(out_dir / "rollout.jsonl") if (out_dir / "rollout.jsonl").exists() else []
     if rollout:
-        lines += ["| collector, CartPole-v1 x 128 steps | engine SPS | bare gymnax SPS | engine overhead | compile s |",
+        lines += ["| collector, CartPole-v1 x 128 steps | engine SPS | the faster bare gymnax loop's SPS | engine overhead "
+                  "| compile s |",
                   "|---|---|---|---|---|"]
-        bare = {r["num_envs"]: r for r in rollout if r["program"] == "bare"}
+        bare = {(r["program"], r["num_envs"]): r for r in rollout if r["program"].startswith("bare")}
         for r in (r for r in rollout if r["program"] == "engine"):
-            b, over = bare.get(r["num_envs"]), r.get("overhead_vs_bare")
+            b, over = bare.get((r.get("best_bare", "bare"), r["num_envs"])), r.get("overhead_vs_bare")
             lines.append(f"| {_envs(r['num_envs'])} | {_k(r['sps_median'])} | {_k(b['sps_median']) if b else 'n/a'} | "
                          f"{'n/a' if over is None else format(100 * over, '+.1f') + '%'} | {r['compile_s']:.1f} |")
         lines.append("")
@@ -351,16 +367,18 @@ def summary(out_dir: Path, acc: dict, not_run: list[str], times: dict[str, float
         records = read_jsonl(out_dir / name) if (out_dir / name).exists() else []
         if not records:
             continue
-        lines += [f"| PPO {env_id}, x {NUM_STEPS} steps | env steps | rlpar SPS | rejax SPS | rlpar / rejax | "
-                  "compile s rlpar, rejax |", "|---|---|---|---|---|---|"]
-        by = {(r["program"], r["num_envs"]): r for r in records}
+        lines += [f"| PPO {env_id}, x {NUM_STEPS} steps | env steps | rlpar SPS (single rows) | rejax SPS | "
+                  "rlpar / rejax (like for like) | compile s rlpar, rejax | rlpar's own layout SPS (its / rejax) |",
+                  "|---|---|---|---|---|---|---|"]
+        by = {(line_kind(r), r["num_envs"]): r for r in records}
         for n in sorted({r["num_envs"] for r in records}):
-            ours, theirs = by.get(("rlpar", n)), by.get(("rejax", n))
+            ours, theirs, own = by.get(("rlpar", n)), by.get(("rejax", n)), by.get(("rlpar-default", n))
             ratio = f"{sps(ours) / sps(theirs):.2f}x" if ours and theirs else "n/a"
             compiles = ", ".join("n/a" if r is None else f"{r['compile_s']:.1f}" for r in (ours, theirs))
-            steps = (ours or theirs)["env_steps"]
+            steps = (ours or theirs or own)["env_steps"]
+            own_text = "n/a" if own is None else _k(sps(own)) + (f" ({sps(own) / sps(theirs):.2f}x)" if theirs else "")
             lines.append(f"| {_envs(n)} | {_k(steps)} | {_k(sps(ours)) if ours else 'n/a'} | "
-                         f"{_k(sps(theirs)) if theirs else 'n/a'} | {ratio} | {compiles} |")
+                         f"{_k(sps(theirs)) if theirs else 'n/a'} | {ratio} | {compiles} | {own_text} |")
         lines.append("")
     if not_run:
         lines += ["Not measured:", *[f"- {s}" for s in not_run], ""]

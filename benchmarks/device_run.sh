@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for a machine with an accelerator: the collector from 2^10 to 2^17 envs, then PPO on CartPole-v1 and on
-# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar against rejax on the same configs, within 570 s from
+# Breakout-MinAtar end to end at 1, 4096 and 65536 envs, rlpar (single rows, as rejax samples; its own layout beside)
+# against rejax on the same configs, within 570 s from
 # this script's start (a command on the TPU machine may last at most 600 s; benchmarks/device_run.py says how the time
 # is shared). JSON lines per part, accelerator.json and summary.md go to --out.
 #

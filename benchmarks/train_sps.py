@@ -31,6 +31,13 @@ import common  # also puts the repository root on sys.path
 from common import command_line, emit, platform_fields, sps_stats
 
 
+def layout(config) -> str:
+    """How the config's minibatches sample: ``"single"`` rows (as the peers), ``"default"`` (the backend's choice:
+    blocks of rows on an accelerator) or ``"blocks of B"``."""
+    block = getattr(config, "shuffle_block", 0)
+    return "default" if block == 0 else "single" if block == 1 else f"blocks of {block}"
+
+
 def time_to_target(records: list[dict], target: float) -> tuple[float | None, int | None]:
     """Training seconds and env steps up to the end of the first chunk whose mean return is >= ``target``."""
     elapsed = 0.0
@@ -58,6 +65,7 @@ def train_record(config, run_config, target: float) -> dict:
     return {
         "benchmark": "train",
         "program": "rlpar",
+        "layout": layout(config),
         **platform_fields(devices),
         "env": run_config.env,
         "num_envs": config.num_envs,
@@ -120,7 +128,8 @@ def main(argv=None) -> int:
     failed = False
     rows = [parse_args(row) for row in common.split_rows(sys.argv[1:] if argv is None else argv)]  # all checked first
     for args, run_config, config in rows:
-        what = dict(benchmark="train", program="rlpar", env=run_config.env, num_envs=config.num_envs)
+        what = dict(benchmark="train", program="rlpar", layout=layout(config), env=run_config.env,
+                    num_envs=config.num_envs)
         if common.past_deadline(args.deadline):
             common.say(f"not started, past its deadline: {run_config.env}, {config.num_envs} envs")
             common.not_measured("not started: out of time", **what)

@@ -279,14 +279,22 @@ def test_a_python_without_jax_stops_in_one_line_that_says_which_to_use(tmp_path)
 
 def test_the_full_plan_has_every_row_at_128_steps():
     rows = device_run.plan(device_run.FULL, {"rollout", "cartpole", "breakout"}, Path("/out"))
-    assert [r.num_envs for r in rows["collector"]] == [2 ** k for k in range(10, 18)]
+    assert [r.num_envs for r in rows["collector"]] == [2 ** k for k in (10, 12, 14, 16, 17)]
+    sizes = [(env, n) for env in ("CartPole-v1", "Breakout-MinAtar") for n in (1, 4096, 65536)]
+    assert [(r.env, r.num_envs) for r in rows["rejax"]] == sizes
+    # rlpar: each size with single rows (the ratio's side), then with its own layout where that differs
+    assert [(r.kind, r.env, r.num_envs) for r in rows["rlpar"]] == [
+        (kind, env, n) for env, n in sizes for kind in ("rlpar", "rlpar-default") if kind == "rlpar" or n > 1]
     for kind in ("rlpar", "rejax"):
-        assert [(r.env, r.num_envs) for r in rows[kind]] == [
-            (env, n) for env in ("CartPole-v1", "Breakout-MinAtar") for n in (1, 4096, 65536)]
         for row in rows[kind]:
             flags = dict(zip(row.argv[::2], row.argv[1::2]))
             assert flags["--num-steps"] == "128" and flags["--num-envs"] == str(row.num_envs)
-            assert kind == "rejax" or flags["--collector-unroll"] == "0"  # the backend's collector, not a preset's
+            if kind == "rlpar":
+                assert flags["--collector-unroll"] == "0"  # the backend's collector, not a preset's
+                assert flags["--shuffle-block"] == ("1" if row.kind == "rlpar" else "0")
+    lines = [{"benchmark": "train", "program": "rlpar", "layout": layout, "env": "CartPole-v1", "num_envs": 8}
+             for layout in ("single", "default")]
+    assert [device_run.line_key(line)[0] for line in lines] == ["rlpar", "rlpar-default"]
     assert device_run.FULL.budget_s <= 570  # a command on the TPU machine may last at most 600 s
 
 
@@ -336,8 +344,8 @@ def test_rows_past_their_deadline_are_not_started_but_named(tmp_path):
     for proc in (train, peer):
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert [json.loads(line) for line in train.stdout.splitlines()] == [
-        {"not_measured": "not started: out of time", "benchmark": "train", "program": "rlpar", "env": env,
-         "num_envs": n} for env, n in (("CartPole-v1", 2), ("Breakout-MinAtar", 4))]
+        {"not_measured": "not started: out of time", "benchmark": "train", "program": "rlpar", "layout": "default",
+         "env": env, "num_envs": n} for env, n in (("CartPole-v1", 2), ("Breakout-MinAtar", 4))]
     assert json.loads(peer.stdout) == {"not_measured": "not started: out of time", "benchmark": "train",
                                        "program": "rejax", "env": "CartPole-v1", "num_envs": 8}
 
@@ -355,7 +363,8 @@ def test_the_time_guard_ends_the_run_within_its_budget_and_names_every_row(tmp_p
     summary = (out / "summary.md").read_text()
     not_measured = dict(line[2:].split(": ", 1) for line in summary.split("Not measured:\n")[1].splitlines() if line)
     assert sorted(not_measured) == sorted([f"collector, CartPole-v1, {n} envs" for n in (16, 64)] + [
-        f"PPO, {kind}, CartPole-v1, {n}" for kind in ("rlpar", "rejax") for n in ("1 env", "64 envs")])
+        f"PPO, {kind}, CartPole-v1, {n}" for kind in ("rlpar (single rows)", "rejax") for n in ("1 env", "64 envs")]
+        + ["PPO, rlpar (its own layout), CartPole-v1, 64 envs"])
     for row, why in not_measured.items():  # each process either stopped before a row, or the guard stopped it
         if "rejax" in row:
             assert why.startswith("rejax is not installed"), row
@@ -401,12 +410,20 @@ def test_quick_device_run_from_elsewhere_writes_positive_sps_for_every_row(tmp_p
 
     rollout = _read(out / "rollout.jsonl")
     assert sorted((r["program"], r["num_envs"]) for r in rollout) == [
-        ("bare", 16), ("bare", 64), ("engine", 16), ("engine", 64)]
+        ("bare", 16), ("bare", 64), ("bare-tuned", 16), ("bare-tuned", 64), ("engine", 16), ("engine", 64)]
+    for r in (r for r in rollout if r["program"] == "engine"):  # against the faster bare loop
+        best = max((b for b in rollout if b["program"] != "engine" and b["num_envs"] == r["num_envs"]),
+                   key=lambda b: b["sps_median"])
+        assert r["best_bare"] == best["program"]
+        assert r["overhead_vs_bare"] == pytest.approx(best["sps_median"] / r["sps_median"] - 1)
     for name, sizes in (("ppo_cartpole.jsonl", (1, 64)), ("ppo_breakout.jsonl", (8,))):
         records = _read(out / name)
-        rows = sorted((r["program"], r["num_envs"]) for r in records)
-        expected = [("rlpar", n) for n in sizes] + ([] if rejax_skipped else [("rejax", n) for n in sizes])
+        rows = sorted((device_run.line_kind(r), r["num_envs"]) for r in records)
+        expected = ([("rlpar", n) for n in sizes] + [("rlpar-default", n) for n in sizes if n > 1]
+                    + ([] if rejax_skipped else [("rejax", n) for n in sizes]))
         assert rows == sorted(expected), name
+        assert {r["layout"] for r in records if r["program"] == "rlpar"} == (
+            {"single", "default"} if max(sizes) > 1 else {"single"})
     for record in rollout + _read(out / "ppo_cartpole.jsonl") + _read(out / "ppo_breakout.jsonl"):
         assert (record.get("sps_end_to_end") or record["sps_median"]) > 0, record
         assert record["cpu"] and record["time_utc"] and record["host_cpus"] >= 1  # common.host_fields
