@@ -81,10 +81,11 @@ FULL = Budget(
     rejax_repeats=2, budget_s=570, grace_s=90,
 )
 QUICK = Budget(
-    rollout_envs=[16, 64], rollout_repeats=2, rollout_min_repeat_s=0.05,
+    rollout_envs=[16], rollout_repeats=2, rollout_min_repeat_s=0.05,
     train={
-        # one env and several (the one-env path and the vmapped one), Breakout once: each row compiles for seconds
-        "CartPole-v1": [(1, 1024, 4), (64, 16_384, 1)],
+        # one env (the one-env path) and several (the vmapped one, and rlpar's own layout beside single rows), each
+        # part once: each row compiles for seconds
+        "CartPole-v1": [(1, 1024, 4)],
         "Breakout-MinAtar": [(8, 4096, 2)],
     },
     rejax_repeats=1, budget_s=1200, grace_s=400,
