@@ -366,10 +366,9 @@ def shuffle_method(platform: str | None = None) -> str:
     permutation was not where the update's time went (the row gathers were): whole PPO updates at 4,096 envs with
     single rows took 133.5 ms with the Feistel walk and 144.8 ms with the sort on CartPole, 1,499 and 1,509 ms on
     Breakout-MinAtar (``docs/benchmarks.md``, "Shuffles and the collector on a TPU v5e"). Once the gather of single
-    rows was packed (``packed_gather``) the permutation was a large share of what was left: CartPole's update took
-    28.1 ms with the sort and 16.9 ms with the Feistel walk, so a TPU takes the walk. With blocks of rows
-    (``shuffle_block``) there are 64 times fewer units to permute. Not measured on a GPU: the sort there, JAX's own,
-    no data-dependent ``while_loop``."""
+    rows was packed (``packed_gather``) the permutation was a large share of what was left, and the Feistel walk
+    was the faster one there (``docs/accelerators.md``), so a TPU takes the walk. Not measured on a GPU: the sort
+    there, JAX's own, no data-dependent ``while_loop``."""
     method = _forced.get("shuffle_method")
     if method is not None:
         return method
@@ -426,14 +425,10 @@ def packed_gather(block: int = 1, platform: str | None = None) -> bool:
     (one gather per leaf: a PPO batch has six): the forced answer if set, else on for single rows on a TPU, off
     elsewhere. The values every minibatch step sees are the same either way, bit for bit.
 
-    Why: an accelerator gathers single rows of a few values each at a cost per row, so one gather of rows of all the
-    leaves costs about what one leaf's did. On a TPU v5e (PPO, 4,096 envs x 128 steps, whole updates,
-    ``benchmarks/shuffle_paths.py``): CartPole's update with single rows took 143.5 ms gathered leaf by leaf and
-    28.1 ms packed (16.9 ms packed with the Feistel permutation); Breakout-MinAtar's preset 65.1 ms and 42.4 ms. With
-    blocks of 64 rows packing did not pay on CartPole (11.4 ms against 15.6 ms; Breakout-MinAtar's [64, F] slabs 37.8
-    against 36.6 ms), so blocks gather leaf by leaf. On XLA:CPU packing was within the host's spread or slower (2
-    cores, CartPole at 256 envs: 226 ms leaf by leaf, 243 ms packed): off there. Not measured on a GPU: off there
-    (``benchmarks/results/2026-12-07/shuffle_packed_*_tpu_v5e.jsonl``)."""
+    Why: an accelerator gathers single rows at a cost per row, almost whatever the row's width, so one gather of
+    rows holding all the leaves costs about what one leaf's did; measured on a TPU (several times faster for single
+    rows; no gain for blocks of rows) and on XLA:CPU (no gain); not measured on a GPU. The figures and their commands:
+    ``docs/accelerators.md``, "What each backend runs, and why"."""
     packed = _forced.get("packed_gather")
     if packed is not None:
         return packed
