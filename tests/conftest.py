@@ -66,6 +66,32 @@ assert len(jax.devices("cpu")) == NUM_TEST_DEVICES
 # writing every small program to disk cost more than the repeats saved.
 os.environ["RLPAR_CACHE_DIR"] = "off"
 
+# XLA's optimisations off (JAX's ``jax_disable_most_optimizations``: LLVM at level 0, its expensive passes skipped)
+# for every test and every process a test starts, unless the test is marked ``full_optimization``: the suite's
+# programs are tiny and compile-bound, and what a test checks (values, bit-identity, refusals) holds at any level, so
+# compiling less is most of the time saved (docs/index.md, "Running the tests"). The marked tests compile what a
+# user's run compiles, as it compiles it: the programs that have hung or crashed XLA:CPU before, the compile a signal
+# must interrupt, and the learning runs, which run long enough for optimised code to pay.
+XLA_OPTIMIZATIONS_OFF = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # "0": every test optimised
+os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = XLA_OPTIMIZATIONS_OFF
+jax.config.update("jax_disable_most_optimizations", XLA_OPTIMIZATIONS_OFF == "1")  # the session's fixtures too
+
+
+@pytest.fixture(autouse=True)
+def _xla_optimizations(request):
+    """A test marked ``full_optimization`` (or in a module marked so, ``pytestmark``) compiles with XLA's
+    optimisations on, in this process (JAX's config) and in the processes it starts (the environment variable)."""
+    if request.node.get_closest_marker("full_optimization") is None:
+        yield
+        return
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "0"
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = XLA_OPTIMIZATIONS_OFF
+        jax.config.update("jax_disable_most_optimizations", XLA_OPTIMIZATIONS_OFF == "1")
+
 
 # A tiny finished run (2 devices, 6 updates of one chunk each, checkpoints every 2 updates, a greedy evaluation of 8
 # episodes after updates 3 and 6, TensorBoard on), trained once per session through the CLI; tests that read a run

@@ -33,6 +33,7 @@ def test_log_std_is_trained():
 
 
 @pytest.mark.slow
+@pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_pendulum_learns_with_its_preset():
     # Measured with this preset (400k steps): about -175; a uniformly random policy scores about -1195.
     result = agents.ppo.train(PPOConfig.for_env("Pendulum-v1"), "Pendulum-v1", devices=1)

@@ -10,6 +10,9 @@ import pytest
 
 from rlpar.core import cpu_paths
 
+# The programs as XLA:CPU optimises them for a user's run, whose loops the fast paths change.
+pytestmark = pytest.mark.full_optimization
+
 
 @pytest.fixture(autouse=True)
 def switch_unset(monkeypatch):

@@ -56,6 +56,7 @@ def test_users_agent_from_the_cli_trains_and_evaluates(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_users_agent_learns_cartpole():
     result = runner.train(A2C, A2CConfig(total_timesteps=300_000), "CartPole-v1", devices=2, log_every=50)
     assert runner.mean_recent_return(result.metrics) > 150  # a random policy scores about 22

@@ -11,6 +11,9 @@ from rlpar.core import jax_internals
 from rlpar.run import runner
 from rlpar.run.runner import RunConfig
 
+# A default compile is the reference the init's own options are checked against: XLA's optimisations on.
+pytestmark = pytest.mark.full_optimization
+
 CONFIG = PPOConfig(num_envs=4, num_steps=8, total_timesteps=64)
 
 

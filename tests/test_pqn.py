@@ -364,6 +364,7 @@ def test_probe_time_limit_needs_the_truncation_bootstrap():
 
 
 @pytest.mark.slow
+@pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_cartpole_is_solved_with_defaults(tmp_path):
     # In a fresh process, as a user runs it (see test_train.py's test of the same name for why).
     code = ("import sys, agents.pqn as pqn\nfrom rlpar.tools import evaluate\n"

@@ -211,6 +211,7 @@ def test_bad_input_is_one_line_before_compiling(argv, message, capsys):
 # ---- learning (slow) ----
 
 @pytest.mark.slow
+@pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_pendulum_is_solved_with_defaults(tmp_path):
     # Trained as a user runs it, in a fresh process; then 20 deterministic episodes (README "SAC"; random: -1195).
     run_dir = tmp_path / "pendulum"

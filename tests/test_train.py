@@ -71,6 +71,7 @@ def test_cli_bad_input_is_a_clear_error(argv, message, capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_cartpole_is_solved_with_defaults():
     # In a fresh process, as a user runs it: inside the long test process this run twice died in native code
     # (SIGSEGV/SIGABRT while compiling) after hundreds of earlier compiles; not reproduced alone.
