@@ -180,10 +180,12 @@ def test_a_run_dir_written_before_a_config_field_existed_resumes_with_its_old_va
 
 
 def test_nonfinite_loss_stops_the_run_naming_the_update_and_keeps_the_last_good_checkpoint(tmp_path):
-    # Adam moves every parameter by ~lr per step: after one step at 1e18 they are huge but finite; the next loss
-    # overflows float32. One minibatch per update, so each update's loss is computed before its only step.
+    # Adam moves every parameter by ~lr per step: after one step at 1e30 they are huge but finite; the next value
+    # loss squares values of that size, far past float32's largest (about 3e38) however XLA compiled it (at 1e18 the
+    # loss stayed finite, just, when compiled without optimisations). One minibatch per update, so each update's
+    # loss is computed before its only step.
     config = PPOConfig(num_envs=4, num_steps=8, total_timesteps=4 * 8 * 8, num_minibatches=1, update_epochs=1,
-                       hidden_sizes=(16, 16), lr=1e18, anneal_lr=False)
+                       hidden_sizes=(16, 16), lr=1e30, anneal_lr=False)
     run_dir = tmp_path / "nan"
     with pytest.raises(NonFiniteError, match=r"non-finite loss or parameters at update (\d+)") as info:
         run(agents.ppo.SPEC, config, RunConfig(devices=2, run_dir=str(run_dir), log_every=1, checkpoint_every=1))
