@@ -72,7 +72,9 @@ os.environ["RLPAR_CACHE_DIR"] = "off"
 # compiling less is most of the time saved (docs/index.md, "Running the tests"). The marked tests compile what a
 # user's run compiles, as it compiles it: the programs that have hung or crashed XLA:CPU before, the compile a signal
 # must interrupt, and the learning runs, which run long enough for optimised code to pay.
-XLA_OPTIMIZATIONS_OFF = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")  # "0": every test optimised
+# "0" (or "false", "no", "off") in the environment: every test optimised
+_ASKED = os.environ.get("JAX_DISABLE_MOST_OPTIMIZATIONS", "1").strip().lower()
+XLA_OPTIMIZATIONS_OFF = "0" if _ASKED in ("0", "false", "no", "off") else "1"
 os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = XLA_OPTIMIZATIONS_OFF
 jax.config.update("jax_disable_most_optimizations", XLA_OPTIMIZATIONS_OFF == "1")  # the session's fixtures too
 
