@@ -113,10 +113,11 @@ def test_console_script_usage_names_itself():
 @pytest.mark.slow  # trains, is interrupted and resumes in subprocesses (about a minute); CI runs it (-m slow)
 def test_ctrl_c_prints_one_line_exits_130_and_leaves_the_run_resumable(tmp_path):
     # SIGINT a run once its first checkpoint exists; it must name the update, the last checkpoint and how to
-    # continue, exit 130, and resuming must finish the run.
+    # continue, exit 130, and resuming must finish the run. Many short updates, so that the run is still going when
+    # the signal comes; few checkpoints, each a write of its own.
     env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
     argv = ["ppo", "--env", "CartPole-v1", "--num-envs", "4", "--num-steps", "8", "--hidden-sizes", "16,16",
-            "--total-timesteps", str(4 * 8 * 4000), "--log-every", "10", "--checkpoint-every", "10",
+            "--total-timesteps", str(4 * 8 * 4000), "--log-every", "100", "--checkpoint-every", "500",
             "--eval-every", "0", "--run-dir", "runs/x"]
     proc = subprocess.Popen([sys.executable, "-m", "rlpar.train", *argv], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
