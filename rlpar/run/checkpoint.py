@@ -347,8 +347,9 @@ def _quiet_orbax():
     ``Event loop is closed`` and ``Task exception was never retrieved`` stragglers of a failed read off stderr.
 
     A failed call's records repeat its exception (with tracebacks from orbax's threads); the caller reports it in
-    one line instead. The two straggler filters stay installed after a failure: tensorstore's callbacks and the
-    garbage collection of orbax's abandoned reads may come after the exception has reached the caller.
+    one line instead. The two straggler filters are installed for the whole call, since an abandoned read may be
+    garbage collected while orbax is still unwinding, and stay installed after a failure: tensorstore's callbacks and
+    the garbage collection of the other abandoned reads may come after the exception has reached the caller.
     """
     logger = logging.getLogger("absl")
     held: list[logging.LogRecord] = []
@@ -363,6 +364,9 @@ def _quiet_orbax():
     previous_hook = sys.unraisablehook
     if not getattr(previous_hook, "rlpar_filter", False):
         sys.unraisablehook = _drop_event_loop_closed(previous_hook)
+    asyncio_logger = logging.getLogger("asyncio")
+    filtering = _DROP_ORPHANED_READS in asyncio_logger.filters  # left by an earlier failed call: keep it
+    asyncio_logger.addFilter(_DROP_ORPHANED_READS)
     failed = False
     try:
         yield
@@ -372,9 +376,9 @@ def _quiet_orbax():
     finally:
         logger.removeHandler(handler)
         logger.propagate = propagate
-        if failed:
-            logging.getLogger("asyncio").addFilter(_DROP_ORPHANED_READS)  # adding it twice keeps one
-        else:
+        if not failed:
+            if not filtering:
+                asyncio_logger.removeFilter(_DROP_ORPHANED_READS)
             sys.unraisablehook = previous_hook
             for record in held:
                 if record.levelno >= logging.WARNING:
