@@ -1,10 +1,8 @@
 """The README's train command, cold (empty compilation cache) and warm (the cache the cold run filled), alternating.
 
-Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process three times: first
-with a new, empty ``--compile-cache`` directory, then again with the same directory (the whole programs come from
-``rlpar.run.program_cache``), then once more with the program cache turned off in that process (JAX's cache alone:
-traced and lowered, then looked up; the same command started through ``runpy`` after ``program_cache.configure`` is
-made a no-op). Reported per run: the compile time
+Each round runs ``python -m rlpar.train ppo --env CartPole-v1 [extra flags]`` in a fresh process twice: first
+with a new, empty ``--compile-cache`` directory, then again with the same directory (traced and lowered, then the
+compiled programs looked up in JAX's persistent cache). Reported per run: the compile time
 and whether the program came from the cache (from the CLI's lines), the start-up time (process start to the first
 update, the done line's figure, as ``timing.jsonl``'s ``startup_s``; no ``--run-dir``: the README's command as written) and the whole command's wall time. Medians over rounds, and the ratio warm /
 cold of each round. Where rejax is installed (``python benchmarks/peers.py install``), each round also runs rejax's
@@ -27,26 +25,14 @@ from pathlib import Path
 import common
 
 
-# rlpar.train as ``python -m`` runs it, with the program cache off: what a warm start costs with JAX's cache alone.
-JAX_CACHE_ALONE = """
-import runpy, sys
-from rlpar.run import program_cache
-program_cache.configure = lambda directory: program_cache._directory.__setitem__(0, None)
-sys.argv[0] = "rlpar.train"
-runpy.run_module("rlpar.train", run_name="__main__", alter_sys=True)
-"""
-
-
-def run_once(cache: Path, extra: list[str], jax_cache_alone: bool = False) -> dict:
+def run_once(cache: Path, extra: list[str]) -> dict:
     """The README's command as it is (no run dir), with ``--compile-cache``; the start-up time from its done line."""
-    start = ["-c", JAX_CACHE_ALONE] if jax_cache_alone else ["-m", "rlpar.train"]
-    argv = [sys.executable, *start, "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache), *extra]
+    argv = [sys.executable, "-m", "rlpar.train", "ppo", "--env", "CartPole-v1", "--compile-cache", str(cache), *extra]
     run = common.run_fresh(argv, timeout_s=900)
-    compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache(: the saved program)?\))?",
-                         run.stdout)
+    compiled = re.search(r"compiled in ([0-9.]+)s( \(from the compilation cache\))?", run.stdout)
     startup = re.search(r"([0-9.]+)s from process start to the first update", run.stdout)
     return {"compile_s": float(compiled.group(1)), "from_cache": bool(compiled.group(2)),
-            "saved_program": bool(compiled.group(3)), "startup_s": float(startup.group(1)), "wall_s": run.wall_s}
+            "startup_s": float(startup.group(1)), "wall_s": run.wall_s}
 
 
 def run_rejax() -> dict | None:
@@ -68,14 +54,13 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="further rlpar.train flags (after --)")
     args = parser.parse_args()
     rows = []
-    progress = common.Rows(4 * args.rounds)
+    progress = common.Rows(3 * args.rounds)
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             cache = Path(tmp) / f"cache{r}"
-            for kind in ("cold", "warm", "jax-cache-alone"):
+            for kind in ("cold", "warm"):
                 progress.start(f"round {r + 1}/{args.rounds}, the README command, {kind}")
-                row = common.record("compile_cache", round=r, run=kind,
-                                    **run_once(cache, args.extra, jax_cache_alone=kind == "jax-cache-alone"))
+                row = common.record("compile_cache", round=r, run=kind, **run_once(cache, args.extra))
                 rows.append(row)
                 common.emit(row, args.out)
             progress.start(f"round {r + 1}/{args.rounds}, rejax's script")
@@ -87,13 +72,9 @@ def main() -> int:
     for key in ("compile_s", "startup_s", "wall_s"):
         cold = [row[key] for row in rows if row["run"] == "cold"]
         warm = [row[key] for row in rows if row["run"] == "warm"]
-        alone = [row[key] for row in rows if row["run"] == "jax-cache-alone"]
         ratios = [w / c for w, c in zip(warm, cold)]
-        saved = [1 - w / a for w, a in zip(warm, alone)]
         print(f"{key}: cold median {statistics.median(cold):.2f}, warm median {statistics.median(warm):.2f}, "
-              f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f}); "
-              f"JAX's cache alone {statistics.median(alone):.2f}, the program cache saves "
-              f"{statistics.median(saved):.0%} of it (rounds {min(saved):.0%}-{max(saved):.0%})")
+              f"warm/cold median {statistics.median(ratios):.2f} (rounds {min(ratios):.2f}-{max(ratios):.2f})")
     rejax = [row for row in rows if row["run"] == "rejax"]
     if rejax:
         warm = [row["wall_s"] for row in rows if row["run"] == "warm"]

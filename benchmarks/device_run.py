@@ -425,7 +425,7 @@ def main(argv=None) -> int:
         f"{budget.budget_s:.0f} s budget left after {t0 - started:.0f} s of installing")
 
     # The first process runs on JAX's default backend and tells which it is; every later one is pinned to it (a
-    # failing plugin then stops a row instead of moving it to the CPU). rlpar's program cache is off, so that each
+    # failing plugin then stops a row instead of moving it to the CPU). The compilation cache is off, so that each
     # row's compile_s is a real compile.
     env = {**os.environ, "RLPAR_CACHE_DIR": "off"}
     acc, not_run = None, []

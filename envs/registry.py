@@ -10,7 +10,6 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -23,7 +22,6 @@ from envs.wrappers import EpisodeStatistics, FlattenObservation, RescaleAction
 
 # id -> factory(**env_kwargs) returning an env or (env, env_params); the probes first, then ids added by register.
 _FACTORIES: dict[str, Callable[..., Any]] = {}
-_REGISTERED: set[str] = set()  # ids added (or replaced) by register: a user's code
 
 _ACCEPTED = (
     "a gymnax id, a probe id, an id added with envs.register, 'package.module:attribute' (a factory or an "
@@ -82,14 +80,6 @@ def register(env_id: str, factory: Callable[..., Any], *, overwrite: bool = Fals
     if not overwrite and (env_id in _FACTORIES or env_id in _gymnax_ids()):
         raise ValueError(f"env id {env_id!r} is already registered; pass overwrite=True to replace it")
     _FACTORIES[env_id] = factory
-    _REGISTERED.add(env_id)
-
-
-def built_in(env_id: str) -> bool:
-    """Whether ``make(env_id)`` builds one of rlpar's own envs: a gymnax or suite id or a probe, not replaced by
-    ``register``; not ``package.module:attribute``, nor an id added with ``register``. ``rlpar.run.program_cache``
-    serves saved programs only for these: their code reads nothing its key does not cover."""
-    return isinstance(env_id, str) and ":" not in env_id and env_id not in _REGISTERED
 
 
 def _is_env(obj: Any) -> bool:

@@ -32,11 +32,14 @@ def _train(cwd: Path, *flags: str, env_extra: dict | None = None) -> str:
 
 @pytest.mark.slow  # two training commands in fresh processes (about a minute); CI runs it (-m slow)
 def test_second_identical_run_loads_its_program_from_the_cache(tmp_path):
-    first = _train(tmp_path, "--compile-cache", "cache")
+    first = _train(tmp_path, "--compile-cache", "cache", "--run-dir", "cold")
     assert "compiled in" in first and "from the compilation cache" not in first
     assert any((tmp_path / "cache").iterdir())  # entries written, at the relative path given
-    second = _train(tmp_path, "--compile-cache", "cache")
+    second = _train(tmp_path, "--compile-cache", "cache", "--run-dir", "warm")
     assert "from the compilation cache" in second
+    # The loaded program trains as the compiled one did: every logged metric identical.
+    cold, warm = ((tmp_path / run / "metrics.jsonl").read_text() for run in ("cold", "warm"))
+    assert cold == warm and "loss/total" in cold
     # Another config is another program: compiled, never a stale one from the cache.
     other = _train(tmp_path, "--compile-cache", "cache", "--hidden-sizes", "16")
     assert "compiled in" in other and "from the compilation cache" not in other

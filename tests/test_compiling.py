@@ -234,7 +234,7 @@ def test_call_returns_or_raises_what_the_work_did_and_counts_its_cache_hits_here
     compiles = compiling.Compiles()
     before = compile_cache.hits()
     assert compiles.call("test", lambda: compile_cache.count_hits(2) or "compiled") == "compiled"
-    assert compile_cache.hits() == before + 2  # the thread's hits, as rlpar.run.program_cache compares them
+    assert compile_cache.hits() == before + 2  # the thread's hits, as the runner compares them
 
     def fail():
         raise ValueError("bad program")

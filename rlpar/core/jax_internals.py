@@ -2,13 +2,13 @@
 
 JAX's private modules change between releases without notice. So each use below asks ``checked()`` first and, on a
 JAX outside ``CHECKED`` (or when the private name has gone), does without: JAX's own behaviour stays, and rlpar only
-loses speed or a cache. ``tests/test_jax_internals.py`` runs each use on the installed JAX and each fallback under a
+loses speed or a safeguard. ``tests/test_jax_internals.py`` runs each use on the installed JAX and each fallback under a
 version outside the range.
 
 - ``backends_started``: whether JAX has opened its backends (``xla_bridge.backends_are_initialized``); elsewhere
   a public probe (``jax.config.update`` of the CPU device count, which JAX refuses once started, then set back).
-- ``initialize_lapack``: set up the CPU LAPACK kernels a deserialized program calls (``lax.linalg``); elsewhere
-  ``False``, and ``rlpar.run.program_cache`` keeps no program that calls LAPACK.
+- ``initialize_lapack``: set up the CPU LAPACK kernels (``lax.linalg``) before a second thread traces, so that the
+  imports it makes happen on one thread (``rlpar.run.compiling.import_before_threads``); elsewhere ``False``.
 - ``rolled_threefry_rule``: JAX's own CPU lowering of ``threefry2x32`` (``random.threefry2x32``), which
   ``rlpar.core.cpu_paths`` falls back to for every program but rlpar's own; elsewhere ``None``, and
   ``cpu_paths`` registers nothing.
@@ -52,8 +52,8 @@ def backends_started() -> bool:
 
 
 def initialize_lapack() -> bool:
-    """Set up the CPU LAPACK kernels that a deserialized program's custom calls name (as ``jax.export`` does before
-    running one); ``False`` where this JAX is outside ``CHECKED`` or lacks the function."""
+    """Set up the CPU LAPACK kernels that programs' custom calls name (what JAX does when it first lowers one);
+    ``False`` where this JAX is outside ``CHECKED`` or lacks the function."""
     if not checked():
         return False
     try:

@@ -16,7 +16,7 @@ import numpy as np
 
 from rlpar.core import parallel, platform, program
 from rlpar.core.agent import AgentSpec
-from rlpar.run import checkpoint, chunks, compiling, preemption, program_cache
+from rlpar.run import checkpoint, chunks, compiling, preemption
 from rlpar.run.config import RunConfig
 from rlpar.run.prepare import _Prepared
 
@@ -54,10 +54,9 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
     # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
     # lowered beside the chunk's tracing instead, the two threads took turns with the GIL (docs/benchmarks.md,
-    # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: Python's
-    # import locks raised _DeadlockError on scipy.linalg.cython_blas (imported when the CPU LAPACK kernels are first set
-    # up, for the orthogonal initialiser's QR) on a loaded 2-core host. So that import happens here, before the thread.
-    program_cache.initialize_lapack(prepared.devices[0].platform)
+    # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: those
+    # imports happen here, before the thread.
+    compiling.import_before_threads(prepared.devices[0].platform)
     init = _Init(prepared, config, run_config)
     pending = []  # the init's thread: on an error or Ctrl-C it is left to finish on its own
 
@@ -127,8 +126,7 @@ def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored,
     if restored is not None:
         return parallel.rows_from_host(restored.state, prepared.devices, run_config.population_devices)
     init = init or _Init(prepared, config, run_config)
-    compiled, _ = program_cache.load_or_compile("init", init.compile, prepared.programs)
-    return compiled(*init.args)
+    return init.compile()(*init.args)
 
 
 def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):

@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from rlpar.core import episodes, hosts, parallel, platform, population, program, seeds
-from rlpar.run import checkpoint, compile_cache, compiling, guard, preemption, program_cache
+from rlpar.run import checkpoint, compile_cache, compiling, guard, preemption
 from rlpar.run.config import RunConfig
 from rlpar.run.logs import RunLogger
 from rlpar.run.prepare import _Prepared
@@ -108,7 +108,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled in a thread
     beside it.
     ``state()``: the state they run on, or its shapes and shardings (called only when a program is compiled);
-    ``lowered()``: called once the chunk is lowered, before XLA compiles it, or before it is loaded whole; ``wait()``:
+    ``lowered()``: called once the chunk is lowered, before XLA compiles it; ``wait()``:
     what else the first update waits for (the init compiling beside it), inside the compile seconds reported. A
     program traced in a thread of its own (the evaluation here, the init in ``rlpar.run.build``) is traced outside
     the JAX configuration contexts of the calling thread (``with jax.default_matmul_precision(...)``): set such
@@ -126,20 +126,16 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     inside = platform.evaluation_in_chunk(prepared.devices[0].platform)
     make_step, make_evaluation_step = _make_steps(prepared, run_config, max_updates, inside)
     example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
-    name = f"chunk of {max_updates}"
 
     def compile_evaluation():
         before = compile_cache.hits()  # counted per thread: this one's
-        compiled, loaded = program_cache.load_or_compile(
-            "evaluation", lambda: parallel.compile_step(make_evaluation_step, prepared.devices, state(),
-                                                        shared=example, backend=run_config.device_backend,
-                                                        groups=groups, donate=False),
-            prepared.programs)
-        return compiled, loaded, compile_cache.hits() > before
+        compiled = parallel.compile_step(make_evaluation_step, prepared.devices, state(), shared=example,
+                                         backend=run_config.device_backend, groups=groups, donate=False)
+        return compiled, compile_cache.hits() > before
 
     separate = make_evaluation_step is not None and bool(schedule.eval_every)
     if separate:  # before a second thread traces: two threads importing one module can deadlock (rlpar.run.build)
-        program_cache.initialize_lapack(prepared.devices[0].platform)
+        compiling.import_before_threads(prepared.devices[0].platform)
     pending, evaluation, evaluation_cached = [], None, False
 
     def start_evaluation():
@@ -163,19 +159,16 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
 
     # on an error or Ctrl-C, an evaluation not started yet never starts; one started is left to finish on its own
     with compiles.compiling("chunk"):
-        if program_cache.stored(name, prepared.programs):
-            on_lowered()  # it will be loaded whole: what waits for its lowering starts beside the load
-        compiled, loaded = program_cache.load_or_compile(name, compile_chunk, prepared.programs)
+        compiled = compile_chunk()
     if separate:
-        start_evaluation()  # a no-op unless the chunk program was loaded whole, never lowered here
-        evaluation, loaded_too, evaluation_cached = compiles.wait(pending[0])
-        loaded = loaded and loaded_too
+        start_evaluation()  # a no-op: the chunk program's lowering started it
+        evaluation, evaluation_cached = compiles.wait(pending[0])
     if wait is not None:
         wait()
     compile_s = time.perf_counter() - start
-    if hooks.on_status:  # cached: from JAX's persistent compilation cache; saved: whole, from rlpar.run.program_cache
-        cached = loaded or evaluation_cached or compile_cache.hits() > hits
-        hooks.on_status("compiled", {"seconds": compile_s, "cached": cached, "saved": loaded})
+    if hooks.on_status:  # cached: from JAX's persistent compilation cache
+        cached = evaluation_cached or compile_cache.hits() > hits
+        hooks.on_status("compiled", {"seconds": compile_s, "cached": cached})
     return _Programs(compiled, evaluation), compile_s
 
 

@@ -7,9 +7,6 @@ entry, never a wrong program. rlpar gives the cache a size limit (``MAX_BYTES``)
 recently used entries and hold a file lock (``filelock``) around every read and write, so several processes (or the
 processes of one multi-process run) may share a directory.
 
-The same directory holds ``rlpar.run.program_cache``'s whole programs (``programs/``), which a warm run loads without
-tracing anything; JAX's cache serves the programs that one cannot key (see there).
-
 Where: ``$RLPAR_CACHE_DIR`` (``off`` turns it off), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``; ``--compile-cache DIR``
 moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a run.
 """
@@ -72,9 +69,7 @@ def enable(setting: str) -> Path | None:
 
 
 def bypass_for_this_process() -> None:
-    """Compile this process's programs without JAX's cache (neither read nor written): ``enable("off")``, and
-    ``rlpar.run.program_cache`` before anything compiles when a run's programs came from JAX's cache last time and so
-    could not be stored whole."""
+    """Compile this process's programs without JAX's cache (neither read nor written): ``enable("off")``."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 

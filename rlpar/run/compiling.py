@@ -12,7 +12,7 @@ for it at exit.
 While it waits it tells the runner's ``on_status`` hook (``rlpar.run.chunks.Hooks``) what compiles and since when:
 ``("still compiling", {"programs": "the chunk program", "seconds": 12.0})``, once a second from ``QUIET_S`` on.
 
-It imports ``compile_cache`` and ``preemption`` only.
+It imports ``compile_cache``, ``preemption`` and ``rlpar.core.jax_internals`` only.
 """
 
 from __future__ import annotations
@@ -22,12 +22,22 @@ import threading
 import time
 from typing import Callable, Generic, TypeVar
 
+from rlpar.core import jax_internals
 from rlpar.run import compile_cache, preemption
 
 POLL_S = 0.2  # the longest the main thread waits between looks at the signals
 QUIET_S = 3.0  # a compile shorter than this is reported only by the "compiling" and "compiled" statuses
 STILL_COMPILING = "still compiling"  # the status while a compile is waited for, from QUIET_S on
 T = TypeVar("T")
+
+
+def import_before_threads(platform: str) -> None:
+    """Import what tracing a program imports on first use, before a second thread traces one: two threads importing
+    one module can deadlock on Python's import locks, as they did on ``scipy.linalg.cython_blas`` (imported when the
+    CPU LAPACK kernels are first set up, for the orthogonal initialiser's QR). Only on the CPU: another backend's
+    programs call no LAPACK, and the set-up (SciPy's linalg import) is slow."""
+    if platform == "cpu":
+        jax_internals.initialize_lapack()
 
 
 class CompileThread(threading.Thread):
@@ -133,7 +143,7 @@ class Compiles:
 
     def call(self, program: str, work: Callable[[], T]) -> T:
         """``work()`` as if called here, but run in a thread while this one waits: its persistent-cache hits count
-        as this thread's (``rlpar.run.program_cache`` compares them around a compile)."""
+        as this thread's (the runner compares them around a compile to say whether a program came from the cache)."""
         pending = self.start(program, work)
         try:
             return self.wait(pending)

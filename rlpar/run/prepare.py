@@ -7,17 +7,11 @@ or the compile.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import sys
 from typing import Any, Callable, NamedTuple
-
-import jax
-import numpy as np
 
 from rlpar.core import collectives, hosts, parallel, population, program, seeds
 from rlpar.core.agent import AgentSpec
-from rlpar.run import checkpoint, compile_cache, program_cache, rundir
+from rlpar.run import checkpoint, compile_cache, rundir
 from rlpar.run.config import RunConfig, check_creatable
 from rlpar.run.state import _checkpoints_found
 
@@ -31,7 +25,6 @@ class _Prepared(NamedTuple):
     env_params: Any
     make_program: Callable[[str | None], program.Program]  # axis_name -> this run's per-device program
     meta: dict
-    programs: program_cache.Snapshot | None  # what the programs are made from; None: not kept in program_cache
 
 
 def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None,
@@ -44,7 +37,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     run_config.validate()
     hosts.request_cpu_devices(run_config.devices)  # takes effect only if no JAX backend has started yet
     if join:
-        program_cache.enable(run_config.compile_cache)
+        compile_cache.enable(run_config.compile_cache)
         hosts.init_distributed(
             run_config.coordinator, run_config.num_processes, run_config.process_id,
             init_timeout_s=run_config.init_timeout_s, heartbeat_timeout_s=run_config.heartbeat_timeout_s,
@@ -59,7 +52,6 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
     run_config.validate_devices(group_size)
     slots = make_slots(run_config, config, group_size)
     pbt = run_config.pbt_settings(config.num_updates)
-    from_id = env is None
     env_kwargs = {**config_env_kwargs(config), **(env_kwargs or {})}
     if env is None:
         env, env_params = envs.make(run_config.env, **env_kwargs)
@@ -73,8 +65,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1 or slots.hparams:
         meta["slots"] = slots.describe()
-    description = _describe(agent, config, run_config, env_params, env_kwargs) if from_id else None
-    return _Prepared(devices, slots, env, env_params, make, meta, program_cache.snapshot(description, devices))
+    return _Prepared(devices, slots, env, env_params, make, meta)
 
 
 class Plan(NamedTuple):
@@ -135,38 +126,6 @@ def check_agent(agent: AgentSpec, config, env, env_params, num_envs: int) -> Non
     if not isinstance(made, Agent):
         raise ValueError(f"agent {agent.name!r}: make returned {type(made).__name__}, not an rlpar.agent.Agent "
                          "(init, initial_carry, act, bootstrap, learn, policy; rlpar.agent.AgentFunctions has them)")
-
-
-# RunConfig fields that do not change the compiled programs: left out of their cache key
-_NOT_IN_PROGRAM = ("run_dir", "checkpoint_every", "tensorboard", "wandb", "wandb_project", "profile", "compile_cache",
-                   "coordinator", "num_processes", "process_id", "init_timeout_s", "heartbeat_timeout_s",
-                   "preemption_grace_s")
-
-
-def _describe(agent: AgentSpec, config, run_config: RunConfig, env_params, env_kwargs: dict | None) -> dict | None:
-    """The settings the run's programs are made from (``rlpar.run.program_cache`` adds the code, versions and devices);
-    ``None`` unless the agent is one of rlpar's own and the env a built-in id (the code the cache's key covers, see
-    there), and for a multi-process run."""
-    import envs
-
-    module = sys.modules.get(getattr(agent.make, "__module__", None) or "")
-    module_file = vars(module).get("__file__") if module is not None else None
-    if jax.process_count() > 1 or not isinstance(module_file, str) or not program_cache.covered([module_file]) \
-            or not envs.registry.built_in(run_config.env):
-        return None
-    leaves, treedef = jax.tree.flatten(env_params)
-    if not run_config.search and dataclasses.is_dataclass(config) and hasattr(config, "seed"):
-        # The seed reaches the programs as an argument (the init's and the chunks' keys), so every seed of a setting
-        # runs one program; a search's members are drawn from it in Python, so there it stays in the key.
-        config = dataclasses.replace(config, seed=0)
-    return {
-        "agent": [agent.name, agent.make.__module__, agent.make.__qualname__],
-        "config": [type(config).__module__, type(config).__qualname__, repr(config)],
-        "run": {k: v for k, v in dataclasses.asdict(run_config).items() if k not in _NOT_IN_PROGRAM},
-        "env_kwargs": repr(sorted((env_kwargs or {}).items())),
-        "env_params": [str(treedef)] + [hashlib.sha256(np.asarray(x).tobytes()).hexdigest() + str(np.shape(x))
-                                         + str(np.asarray(x).dtype) for x in leaves],
-    }
 
 
 def make_program_factory(agent: AgentSpec, config, slots: seeds.Slots, env, env_params, num_envs: int,

@@ -265,11 +265,10 @@ class ProgressDisplay:
             print(line, file=self.stream, flush=True)
         self._compile_lines = max(self._compile_lines, due)
 
-    def compiled(self, seconds: float, cached: bool | None = None, saved: bool = False) -> None:
+    def compiled(self, seconds: float, cached: bool | None = None) -> None:
         """Say that compiling took ``seconds``; ``cached=True``: the program came from the compilation cache
-        (``None``: unknown, not said); ``saved=True``: whole, from ``rlpar.run.program_cache`` (nothing traced)."""
-        line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache: the saved program)" if saved
-                                                else " (from the compilation cache)" if cached else "")
+        (``None``: unknown, not said)."""
+        line = f"compiled in {seconds:.1f}s" + (" (from the compilation cache)" if cached else "")
         if self._progress is not None:
             self._progress.update(self._task, status="")
             self._progress.refresh()

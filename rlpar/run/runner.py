@@ -27,7 +27,7 @@ from rlpar.run.build import (INIT_COMPILER_OPTIONS, INIT_CPU_COMPILER_OPTIONS, B
 from rlpar.run.chunks import (Hooks, Interrupted, _chunks_done, _control, _Outputs, _Schedule,  # noqa: F401
                               chunk_lengths)
 from rlpar.run.config import RunConfig, check_creatable  # noqa: F401
-from rlpar.run.prepare import (Plan, _describe, _prepare, _Prepared, check, check_agent,  # noqa: F401
+from rlpar.run.prepare import (Plan, _prepare, _Prepared, check, check_agent,  # noqa: F401
                                config_env_kwargs, make_program_factory, make_slots)
 from rlpar.run.records import add_members, evaluation_stats, mean_recent_return, summarize  # noqa: F401
 from rlpar.run.state import (_check_every_process_sees, _open_checkpoints, _open_logger, _previous_records,

@@ -376,7 +376,7 @@ def _run_with_progress(spec, config, run_config: RunConfig, resume_dir: str | No
             elif event == "still compiling":
                 show.still_compiling(info["programs"], info["seconds"])
             elif event == "compiled":
-                show.compiled(info["seconds"], info.get("cached"), info.get("saved", False))
+                show.compiled(info["seconds"], info.get("cached"))
 
         return run(spec, config, run_config, hooks=Hooks(on_log=show, on_status=on_status,
                                                          started_at=process_started()),
