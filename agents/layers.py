@@ -68,7 +68,7 @@ def _fast(fast: bool | None, dtype: Any) -> bool:
     return dtype == jnp.float32 and (platform.conv_as_patches() if fast is None else fast)
 
 
-def _fast_dense(fast: bool | None, dtype: Any, rows: int | None = None) -> bool:
+def fast_dense(fast: bool | None, dtype: Any, rows: int | None = None) -> bool:
     """``_fast`` for ``Dense`` on ``rows`` input rows, whose fast path depends on the ISA and the batch
     (``platform.dense_fast_path``)."""
     return dtype == jnp.float32 and (platform.dense_fast_path(rows=rows) if fast is None else fast)
@@ -94,7 +94,7 @@ class Dense(nn.Module):
         bias = self.param("bias", self.bias_init, (self.features,), self.param_dtype)
         x, kernel, bias = promote_dtype(x, kernel, bias, dtype=self.dtype)
         batch_shape = x.shape[:-1]
-        if not _fast_dense(self.fast, x.dtype, math.prod(batch_shape)):
+        if not fast_dense(self.fast, x.dtype, math.prod(batch_shape)):
             return x @ kernel + bias
         y = dense(x.reshape((-1, x.shape[-1])), kernel, bias)
         return y.reshape(batch_shape + (self.features,))

@@ -63,7 +63,8 @@ def main(argv=None) -> int:
 
     from agents.ppo import PPOConfig
     from rlpar.core import parallel, platform, program
-    from rlpar.run import chunks, guard, runner
+    from rlpar.run import build, chunks, guard, prepare
+    from rlpar.run.config import RunConfig
     from rlpar.tools import registry
 
     k, config = args.updates, PPOConfig.for_env(args.env)
@@ -72,11 +73,11 @@ def main(argv=None) -> int:
     if args.collector_unroll >= 0:
         config = config.replace(collector_unroll=args.collector_unroll)
     config = config.replace(total_timesteps=max(config.total_timesteps, config.batch_size * k))
-    run_config = runner.RunConfig(env=args.env, compile_cache="off", log_every=k, devices=1)
-    prepared = runner._prepare(registry.get("ppo"), config, run_config, None, None)
-    state = runner._initial_state(prepared, config, run_config, None)
-    schedule = runner._Schedule([k], 0, run_config.eval_interval(config.num_updates), config.seed)
-    control = runner._control(schedule, k, 0, False)
+    run_config = RunConfig(env=args.env, compile_cache="off", log_every=k, devices=1)
+    prepared = prepare.prepare_run(registry.get("ppo"), config, run_config, None, None)
+    state = build.initial_state(prepared, config, run_config, None)
+    schedule = chunks.Schedule([k], 0, run_config.eval_interval(config.num_updates), config.seed)
+    control = chunks.chunk_control(schedule, k, 0, False)
     # device 0's state, unmapped, on device 0 (a host array would be copied to the device in every timed call)
     device = prepared.devices[0]
     one = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[0], parallel.rows_to_host(state)), device)
@@ -99,8 +100,8 @@ def main(argv=None) -> int:
     unflagged = jax.jit(program.make_chunk(per_device._replace(evaluate=None), k))
 
     inside = platform.evaluation_in_chunk(device.platform)
-    donates = platform.donate_state(chunks._bytes_per_device(state, len(prepared.devices)), device.platform)
-    make_step = chunks._make_steps(prepared, run_config, k, inside)[0]  # the runner's, guard and all
+    donates = platform.donate_state(chunks.bytes_per_device(state, len(prepared.devices)), device.platform)
+    make_step = chunks.make_steps(prepared, run_config, k, inside)[0]  # the runner's, guard and all
     shared = parallel.replicate(control, prepared.devices)
     axis = parallel.AXIS_NAME
     one_row = jax.device_put(jax.tree.map(lambda x: np.asarray(x)[None], (one, control)), device)  # [1, ...]

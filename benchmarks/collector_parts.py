@@ -38,7 +38,7 @@ def _no_spill_branch():
 
     from rlpar.core import rollout
 
-    saved = rollout._hold_final
+    saved = rollout.hold_final_observation
 
     def hold_final(bootstrap, agent_state, pending, truncated, final_obs, agent_carry):
         cond = jax.lax.cond
@@ -48,11 +48,11 @@ def _no_spill_branch():
         finally:
             jax.lax.cond = cond
 
-    rollout._hold_final = hold_final
+    rollout.hold_final_observation = hold_final
     try:
         yield
     finally:
-        rollout._hold_final = saved
+        rollout.hold_final_observation = saved
 
 
 def _keys(up_front: bool):

@@ -91,14 +91,14 @@ class _dense_path:
     def __enter__(self):
         from agents import layers
 
-        self.saved = layers._fast_dense
-        layers._fast_dense = lambda field, dtype, rows=None, saved=self.saved: saved(
+        self.saved = layers.fast_dense
+        layers.fast_dense = lambda field, dtype, rows=None, saved=self.saved: saved(
             self.fast if field is None else field, dtype, rows)
 
     def __exit__(self, *exc):
         from agents import layers
 
-        layers._fast_dense = self.saved
+        layers.fast_dense = self.saved
 
 
 if __name__ == "__main__":

@@ -102,7 +102,7 @@ def main(argv=None) -> int:
     from agents import shuffle
     from agents.optim import make_optimizer
     from agents.ppo import Batch, PPOConfig
-    from agents.ppo.learner import _shuffles
+    from agents.ppo.learner import epoch_shuffles
     from agents.advantages import gae
     from rlpar.core import program, rollout
 
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     block = shuffle.block_size(batch.advantage.shape[0], step_rows, config.num_minibatches)
 
     parts = {
-        "shuffles": (lambda adv, k: _shuffles(config, adv, k, None, block), (batch.advantage, key)),
+        "shuffles": (lambda adv, k: epoch_shuffles(config, adv, k, None, block), (batch.advantage, key)),
         "grad": (agent.grad, (params, minibatch)),
         "optimizer": (lambda g, o, p: tx.update(g, o, p), (grads, opt_state, params)),
         "fit": (lambda p, o, b, k: agent.fit(p, o, b, k, step_rows=step_rows), (params, opt_state, batch, key)),

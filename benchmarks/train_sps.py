@@ -52,7 +52,8 @@ def train_record(config, run_config, target: float) -> dict:
     """Train once; one result record."""
     import agents
     from rlpar.core import hosts
-    from rlpar.run.runner import mean_recent_return, run
+    from rlpar.run.runner import run
+    from rlpar.run.records import mean_recent_return
 
     devices = hosts.select_devices(run_config.devices)
     result = run(agents.ppo.SPEC, config, run_config)

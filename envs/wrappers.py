@@ -93,11 +93,11 @@ class FlattenObservation(Wrapper):
     def observation_space(self, params):
         from gymnax.environments import spaces
 
-        low, high = _flat_bounds(self._env.observation_space(params))
+        low, high = flat_bounds(self._env.observation_space(params))
         return spaces.Box(low, high, (int(low.shape[0]),), jnp.float32)
 
     def _flatten(self, obs: Any, params) -> jax.Array:
-        return _flatten_obs(obs, self._env.observation_space(params))
+        return flatten_obs(obs, self._env.observation_space(params))
 
     def reset(self, key, params=None):
         params = self.default_params if params is None else params
@@ -122,13 +122,13 @@ def _children(space) -> list[tuple[Any, Any]] | None:
     return None
 
 
-def _flat_bounds(space) -> tuple[jax.Array, jax.Array]:
+def flat_bounds(space) -> tuple[jax.Array, jax.Array]:
     """``(low, high)``, each ``[obs_dim]`` float32, of ``space`` flattened as ``FlattenObservation`` does."""
     from gymnax.environments import spaces
 
     children = _children(space)
     if children is not None:
-        bounds = [_flat_bounds(sub) for _, sub in children]
+        bounds = [flat_bounds(sub) for _, sub in children]
         return jnp.concatenate([b[0] for b in bounds]), jnp.concatenate([b[1] for b in bounds])
     if isinstance(space, spaces.Discrete):
         return jnp.zeros((space.n,), jnp.float32), jnp.ones((space.n,), jnp.float32)
@@ -137,7 +137,7 @@ def _flat_bounds(space) -> tuple[jax.Array, jax.Array]:
     return low, high
 
 
-def _flatten_obs(obs: Any, space) -> jax.Array:
+def flatten_obs(obs: Any, space) -> jax.Array:
     """One observation of ``space`` (an array, or a dict / tuple / dataclass of them) as a float32 ``[obs_dim]``."""
     from gymnax.environments import spaces
 
@@ -148,7 +148,7 @@ def _flatten_obs(obs: Any, space) -> jax.Array:
                 return obs[key]
             return getattr(obs, key)  # a struct dataclass observation with the Dict's keys as fields
 
-        return jnp.concatenate([_flatten_obs(entry(k), sub) for k, sub in children])
+        return jnp.concatenate([flatten_obs(entry(k), sub) for k, sub in children])
     if isinstance(space, spaces.Discrete):
         return jax.nn.one_hot(obs, space.n, dtype=jnp.float32)
     return jnp.reshape(obs, (-1,)).astype(jnp.float32)

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     from rlpar.run import chunks
     from rlpar.tools import train
 
-    finish_chunk = chunks._finish_chunk
+    finish_chunk = chunks.finish_chunk
 
     def finish_then_maybe_die(record, records, out):
         finish_chunk(record, records, out)
@@ -29,7 +29,7 @@ def main(argv: list[str]) -> int:
                 out.logger.sync()  # what a crash leaves on disk: the lines already written
             os.kill(os.getpid(), signal.SIGKILL)
 
-    chunks._finish_chunk = finish_then_maybe_die
+    chunks.finish_chunk = finish_then_maybe_die
     return train.main(flags)
 
 

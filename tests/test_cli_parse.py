@@ -155,7 +155,7 @@ def test_flags_that_set_one_thing_are_found():
 def _train_parse(argv):
     from rlpar.tools import registry, train
 
-    return train._parse(registry.get("ppo"), argv)
+    return train.parse_run_args(registry.get("ppo"), argv)
 
 
 def test_repeated_search_flags_add_up_to_one_search():

@@ -315,4 +315,4 @@ def test_live_progress_shows_the_programs_and_seconds_then_that_ctrl_c_is_safe(m
          "--resume runs/x")])
 def test_the_line_of_a_run_preempted_while_compiling(checkpoint, line):
     stop = preemption.Preempted(40 if checkpoint else 0, checkpoint, "runs/x", "SIGTERM", compiling=True)
-    assert train_cli._preempted_line(stop) == line
+    assert train_cli.preempted_line(stop) == line

@@ -8,7 +8,7 @@ import pytest
 import agents
 import envs
 from agents.ppo import PPOConfig, make_ppo
-from rlpar.run.runner import mean_recent_return
+from rlpar.run.records import mean_recent_return
 
 
 def test_gaussian_policy_shapes_and_learned_log_std():

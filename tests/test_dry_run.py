@@ -15,8 +15,8 @@ def no_compiling(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a dry run compiled")
 
-    monkeypatch.setattr(build, "_build", refuse)
-    monkeypatch.setattr(chunks, "_compile", refuse)
+    monkeypatch.setattr(build, "build_programs", refuse)
+    monkeypatch.setattr(chunks, "compile_programs", refuse)
 
 
 @pytest.mark.parametrize("flag", train_cli.DRY_RUN_FLAGS)

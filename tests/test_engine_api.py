@@ -15,7 +15,7 @@ import pytest
 import agents
 from rlpar.agent import Agent, AgentConfig, AgentFunctions, AgentSpec
 from rlpar.core import parallel
-from rlpar.run import runner
+from rlpar.run import records, runner
 from rlpar.run.runner import RunConfig, run
 from rlpar.tools import evaluate
 from rlpar.tools import train as train_cli
@@ -59,7 +59,7 @@ def test_users_agent_from_the_cli_trains_and_evaluates(tmp_path, capsys):
 @pytest.mark.full_optimization  # a learning run: compiled as a user's, its run long enough to pay
 def test_users_agent_learns_cartpole():
     result = runner.train(A2C, A2CConfig(total_timesteps=300_000), "CartPole-v1", devices=2, log_every=50)
-    assert runner.mean_recent_return(result.metrics) > 150  # a random policy scores about 22
+    assert records.mean_recent_return(result.metrics) > 150  # a random policy scores about 22
 
 
 def _make_still(config, env, env_params, num_envs, axis_name):

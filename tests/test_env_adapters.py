@@ -319,13 +319,13 @@ def test_dict_observations_are_flattened_in_sorted_key_order():
 
 def test_tuple_observation_space_is_flattened():
     space = spaces.Tuple([spaces.Discrete(2), spaces.Box(-1.0, 1.0, (2, 2), jnp.float32)])
-    from envs.wrappers import _flat_bounds, _flatten_obs
+    from envs.wrappers import flat_bounds, flatten_obs
 
-    low, high = _flat_bounds(space)
+    low, high = flat_bounds(space)
     np.testing.assert_array_equal(low, [0, 0, -1, -1, -1, -1])
     np.testing.assert_array_equal(high, [1, 1, 1, 1, 1, 1])
     obs = (jnp.int32(1), jnp.array([[0.5, -0.5], [0.25, 0.0]]))
-    np.testing.assert_array_equal(_flatten_obs(obs, space), [0, 1, 0.5, -0.5, 0.25, 0.0])
+    np.testing.assert_array_equal(flatten_obs(obs, space), [0, 1, 0.5, -0.5, 0.25, 0.0])
 
 
 def test_register_adds_an_id(scratch_registry):

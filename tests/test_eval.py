@@ -37,7 +37,7 @@ class _Compiles:
         self.count, self.counting, self.status, self.threads = 0, False, [], []
 
     def on_event(self, event, duration, **kwargs):
-        # The init compiles in a thread of its own beside the chunk program (rlpar.run.runner.run): not counted here.
+        # The init compiles in a thread of its own beside the chunk program (rlpar.run.build): not counted here.
         thread = threading.current_thread().name
         if event == COMPILE_EVENT and self.counting and not thread.startswith("rlpar-init"):
             self.count += 1
@@ -126,15 +126,15 @@ def test_the_runners_chunk_program_donates_its_state_as_the_platform_decides():
     # The choice reaches the compiled program: every leaf of the state aliased to an output (donated: XLA:CPU's
     # answer) or none (the accelerators' for a small state). Read from the compiled HLO's input_output_alias: the
     # args_info of the pmap backend's program marks only the first leaf donated (JAX 0.10.2) though XLA aliases all.
-    from rlpar.run import chunks, runner
+    from rlpar.run import build, chunks, prepare
 
     run_config = RunConfig(devices=2, log_every=2, eval_every=0, compile_cache="off")
-    prepared = runner._prepare(agents.ppo.SPEC, TINY, run_config, None, None)
-    state = runner._initial_state(prepared, TINY, run_config, None)
-    schedule = runner._Schedule([2, 2, 1], 0, 0, TINY.seed)
+    prepared = prepare.prepare_run(agents.ppo.SPEC, TINY, run_config, None, None)
+    state = build.initial_state(prepared, TINY, run_config, None)
+    schedule = chunks.Schedule([2, 2, 1], 0, 0, TINY.seed)
     for donate in (None, False):
         with platform.forcing(donate_state=donate):
-            programs, _ = chunks._compile(prepared, run_config, lambda: state, schedule, 2, Hooks())
+            programs, _ = chunks.compile_programs(prepared, run_config, lambda: state, schedule, 2, Hooks())
         header = programs.chunk.as_text().split("\n", 1)[0]
         assert header.count("-alias)") == (len(jax.tree.leaves(state)) if donate is None else 0)
 
@@ -143,7 +143,7 @@ def test_the_donation_choice_reads_one_devices_rows_of_the_state():
     from rlpar.run import chunks
 
     state = {"w": jax.ShapeDtypeStruct((4, 256, 256), np.float32), "n": jax.ShapeDtypeStruct((4, 3), np.int32)}
-    assert chunks._bytes_per_device(state, 4) == 256 * 256 * 4 + 3 * 4
+    assert chunks.bytes_per_device(state, 4) == 256 * 256 * 4 + 3 * 4
 
 
 def test_eval_interval_default_is_about_ten_per_run_and_zero_is_off():

@@ -9,7 +9,7 @@ import pytest
 
 from rlpar.run import guard
 
-BIG = guard._OWN_REDUCTION  # a leaf this large is reduced on its own
+BIG = guard.OWN_REDUCTION  # a leaf this large is reduced on its own
 
 
 def tree(rng):

@@ -1,4 +1,4 @@
-"""The run's init program is compiled for compile time (``rlpar.run.runner.compile_init``): its state is the one a
+"""The run's init program is compiled for compile time (``rlpar.run.build.compile_init``): its state is the one a
 default compile gives, the CPU-only option goes to XLA:CPU alone, and an XLA without that option still compiles it."""
 
 import jax
@@ -7,8 +7,8 @@ import pytest
 
 import agents
 from agents.ppo import PPOConfig
-from rlpar.core import jax_internals
-from rlpar.run import runner
+from rlpar.core import jax_internals, platform
+from rlpar.run import build, prepare
 from rlpar.run.runner import RunConfig
 
 # A default compile is the reference the init's own options are checked against: XLA's optimisations on.
@@ -32,36 +32,36 @@ class FakeLowered:
 
 def test_cpu_gets_the_older_emitters_other_platforms_the_optimisation_level_only():
     cpu, gpu = FakeLowered(), FakeLowered()
-    assert runner.compile_init(cpu, "cpu") == runner.compile_init(gpu, "gpu") == "compiled"
+    assert build.compile_init(cpu, "cpu") == build.compile_init(gpu, "gpu") == "compiled"
     assert cpu.calls == [{"xla_backend_optimization_level": 0, "xla_cpu_use_fusion_emitters": False}]
     assert gpu.calls == [{"xla_backend_optimization_level": 0}]
 
 
 def test_an_xla_without_the_cpu_option_compiles_with_the_others():
     lowered = FakeLowered(refuse="xla_cpu_use_fusion_emitters")
-    assert runner.compile_init(lowered, "cpu") == "compiled"
+    assert build.compile_init(lowered, "cpu") == "compiled"
     assert lowered.calls[-1] == {"xla_backend_optimization_level": 0}
 
 
 def test_any_other_compile_error_is_raised():
     lowered = FakeLowered(refuse="xla_cpu_use_fusion_emitters", error="RESOURCE_EXHAUSTED: out of memory ({})")
     with pytest.raises(jax.errors.JaxRuntimeError, match="RESOURCE_EXHAUSTED"):
-        runner.compile_init(lowered, "cpu")
+        build.compile_init(lowered, "cpu")
     assert len(lowered.calls) == 1
 
 
 def test_this_jax_takes_the_options_and_the_state_matches_a_default_compile():
     run_config = RunConfig(env="CartPole-v1", eval_every=0)
-    prepared = runner._prepare(agents.ppo.SPEC, CONFIG, run_config, None, None)
-    init = runner._Init(prepared, CONFIG, run_config)
+    prepared = prepare.prepare_run(agents.ppo.SPEC, CONFIG, run_config, None, None)
+    init = build.Init(prepared, CONFIG, run_config)
     traced, _ = init._trace()
     lowered = traced.lower()
     # the real compile with the first CPU options this JAX takes (JAX 0.11's XLA has no xla_cpu_use_fusion_emitters:
     # the fallback's level 0 alone; on 0.10 the CPU options themselves, or an XLA refusing them would raise here)
     if jax_internals.release() == (0, 10):
-        state = lowered.compile(runner.INIT_CPU_COMPILER_OPTIONS)(*init.args)
+        state = lowered.compile(platform.INIT_CPU_COMPILER_OPTIONS)(*init.args)
     else:
-        state = runner.compile_init(lowered, "cpu")(*init.args)
+        state = build.compile_init(lowered, "cpu")(*init.args)
     default = lowered.compile()(*init.args)
     leaves, expected = jax.tree.leaves(jax.device_get(state)), jax.tree.leaves(jax.device_get(default))
     assert len(leaves) == len(expected) > 5

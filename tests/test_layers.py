@@ -80,7 +80,7 @@ def test_override_beats_environment_and_platform_and_is_restored(monkeypatch):
 @pytest.fixture
 def avx512(monkeypatch):
     """As on a host where XLA:CPU emits AVX-512 code, whatever this one is (the Dense fast path's condition)."""
-    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(host_cpu, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
     monkeypatch.delenv("XLA_FLAGS", raising=False)
 
 
@@ -107,7 +107,7 @@ def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
     params = dense.init(jax.random.key(0), small)
     flags = {"avx512": frozenset({"avx2", "avx512f"}), "avx2": frozenset({"avx", "avx2", "fma"})}
     monkeypatch.delenv("XLA_FLAGS", raising=False)
-    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: flags["avx512"])
+    monkeypatch.setattr(host_cpu, "cpu_flags", lambda: flags["avx512"])
     assert platform.xla_cpu_avx512()
     assert takes_fast_path(dense, params, small) and takes_fast_path(dense, params, large)  # any batch
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=1 --xla_cpu_max_isa=AVX2")  # capped
@@ -116,7 +116,7 @@ def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_max_isa=avx512")
     assert platform.xla_cpu_avx512()
     monkeypatch.delenv("XLA_FLAGS")
-    monkeypatch.setattr(host_cpu, "_cpu_flags", lambda: flags["avx2"])  # an AVX2 host
+    monkeypatch.setattr(host_cpu, "cpu_flags", lambda: flags["avx2"])  # an AVX2 host
     rows = platform.DENSE_FAST_ROWS_AVX2
     assert platform.dense_fast_path(rows=rows - 1) and not platform.dense_fast_path(rows=rows)
     assert not platform.dense_fast_path()  # rows unknown
@@ -135,7 +135,7 @@ def test_dense_fast_path_by_isa_and_batch_rows(monkeypatch):
 
 
 def test_cpu_flags_are_read_from_this_host():
-    flags = host_cpu._cpu_flags()
+    flags = host_cpu.cpu_flags()
     if Path("/proc/cpuinfo").exists():
         text = Path("/proc/cpuinfo").read_text()
         assert ("avx512f" in flags) == (" avx512f" in text) and ("avx2" in flags) == (" avx2" in text)

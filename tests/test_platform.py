@@ -196,7 +196,6 @@ def test_the_old_names_are_the_platforms():
     from agents import platform as agents_platform
     from agents import shuffle
     from rlpar.core import cpu_paths, rollout
-    from rlpar.run import runner
 
     assert shuffle.method is platform.shuffle_method and shuffle.block_size is platform.shuffle_block
     assert shuffle.set_method is platform.set_shuffle_method and shuffle.set_block is platform.set_shuffle_block
@@ -207,7 +206,6 @@ def test_the_old_names_are_the_platforms():
         assert getattr(cpu_paths, name) is getattr(agents_platform, name) is getattr(platform, name)
     assert cpu_paths.rolled_threefry is platform.rolled_threefry
     assert agents_platform.dense_fast_path is platform.dense_fast_path
-    assert runner.INIT_CPU_COMPILER_OPTIONS is platform.INIT_CPU_COMPILER_OPTIONS
     with shuffle.using("sort", 4, layout="shaped"):
         assert (platform.forced_answer("shuffle_method"), platform.forced_answer("shuffle_block"),
                 platform.forced_answer("gather_layout")) == ("sort", 4, "shaped")

@@ -178,7 +178,7 @@ def tiny_run(killed_run, tmp_path_factory):
     ``(run_dir, count)``."""
     run_dir = tmp_path_factory.mktemp("pbt") / "run"
     spec = agents.ppo.SPEC
-    run_config, config = train_cli._parse(spec, [*TINY_ARGV[1:], "--run-dir", str(run_dir)])
+    run_config, config = train_cli.parse_run_args(spec, [*TINY_ARGV[1:], "--run-dir", str(run_dir)])
     compiles = _Compiles()
     jax.monitoring.register_event_duration_secs_listener(compiles.on_event)
     try:
@@ -261,9 +261,9 @@ def test_progress_and_done_lines_name_the_best_member_and_its_values(tiny_run):
     run_dir, _ = tiny_run
     records = _records(run_dir)
     best = population.best_member(records)
-    run_config, config = train_cli._parse(agents.ppo.SPEC, TINY_ARGV[1:])
+    run_config, config = train_cli.parse_run_args(agents.ppo.SPEC, TINY_ARGV[1:])
     result = runner.TrainResult(None, [{**r, "time_s": 1.0} for r in records], None, 1.0)
-    done = train_cli._done_line(result, run_config, config)
+    done = train_cli.done_line(result, run_config, config)
     values = progress.format_values(records[-1]["slots"][best]["hparams"])
     assert done.endswith(f"; best member {best} (ranked at the last PBT round): {values}")
 

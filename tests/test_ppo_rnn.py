@@ -8,7 +8,8 @@ import pytest
 import agents
 from agents.ppo_rnn import RecurrentActorCritic, RecurrentPPOConfig, unroll
 from rlpar.core import parallel
-from rlpar.run.runner import RunConfig, mean_recent_return, run
+from rlpar.run.runner import RunConfig, run
+from rlpar.run.records import mean_recent_return
 
 
 def test_hidden_state_resets_where_episodes_end():

@@ -14,7 +14,7 @@ import pytest
 import agents
 from agents.ppo import PPOConfig
 from rlpar.core import parallel, seeds
-from rlpar.run import runner
+from rlpar.run import build, prepare
 from rlpar.run.runner import RunConfig, run
 from rlpar.tools import train as train_cli
 
@@ -69,8 +69,8 @@ def test_lr_sweep_scales_the_update_size():
     config = TINY.replace(anneal_lr=False)
     run_config = RunConfig(devices=2, sweep="lr=1e-9,1e-3")
     result = run(agents.ppo.SPEC, config, run_config)
-    prepared = runner._prepare(agents.ppo.SPEC, config, run_config, None, None)  # the run's own init, as it compiles
-    start = parallel.first_replica(runner._initial_state(prepared, config, run_config, None).agent.params)
+    prepared = prepare.prepare_run(agents.ppo.SPEC, config, run_config, None, None)  # the run's own init
+    start = parallel.first_replica(build.initial_state(prepared, config, run_config, None).agent.params)
     jax.tree.map(lambda x: np.testing.assert_array_equal(x[0], x[1]), start)  # same seed index, same init
     moved = [max(float(np.abs(a[i] - b[i]).max()) for a, b in zip(jax.tree.leaves(result.params),
                                                                   jax.tree.leaves(start))) for i in (0, 1)]

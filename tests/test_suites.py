@@ -286,7 +286,7 @@ def test_craftax_final_observation_is_the_ended_episodes(craftax):
 
 def test_craftax_achievements_reach_the_episode_metrics(craftax):
     from rlpar.core import rollout
-    from rlpar.run import runner
+    from rlpar.run import records
 
     _, (_, traj), env = craftax
     metrics = traj.episode_metrics
@@ -296,7 +296,7 @@ def test_craftax_achievements_reach_the_episode_metrics(craftax):
     # as the engine logs them: means over the episodes that ended (a, b, c at step 0, d at the last step)
     per_device = [rollout.episode_metrics(jax.tree.map(lambda x: x[d], traj), None) for d in range(2)]
     raw = jax.tree.map(lambda *sums: np.sum(sums), *per_device)
-    record = runner.summarize(raw, update=1, env_steps=0, seconds=1.0, steps_in_chunk=0)
+    record = records.summarize(raw, update=1, env_steps=0, seconds=1.0, steps_in_chunk=0)
     assert record["episodes"] == 4 and record["episode/achievements/collect_wood"] == 0.25
     assert record["episode/achievements/count"] == 0.25
     assert record["episode_length"] == (6 + 6 + 6 + 11) / 4  # a, b, c: 5 steps before the crafting, then 1; d: 5 + 6

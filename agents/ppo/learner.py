@@ -182,7 +182,7 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
         packed = rows is not batch
         # Packed, the advantages' moments come from each epoch's own gather (one collective per epoch), not a
         # gather of their own up front.
-        perms, adv_moments = _shuffles(config, batch.advantage, key, axis_name, block, gather=not packed)
+        perms, adv_moments = epoch_shuffles(config, batch.advantage, key, axis_name, block, gather=not packed)
 
         def epoch(carry, xs):
             perm, epoch_moments = xs  # [N / block], [M, 2]
@@ -197,8 +197,8 @@ def make_fit(config: PPOConfig, network: ActorCritic, axis_name: str | None):
     return grad, fit
 
 
-def _shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None, block: int = 1,
-              gather: bool = True):
+def epoch_shuffles(config: PPOConfig, advantage: jax.Array, key: jax.Array, axis_name: str | None, block: int = 1,
+                   gather: bool = True):
     """Every epoch's permutation of the batch's blocks ``[E, N / block]`` and every minibatch's advantage moments
     over all devices ``[E, M, 2]`` (one collective for all of them; zeros, and no collective, when advantages are not
     normalised or ``gather`` is off: the caller takes them from its own gathers)."""

@@ -17,11 +17,11 @@ def xla_cpu_avx512() -> bool:
     capped = re.search(r"--xla_cpu_max_isa=(\S+)", os.environ.get("XLA_FLAGS", ""))
     if capped and not capped.group(1).upper().startswith("AVX512"):
         return False
-    return "avx512f" in _cpu_flags()
+    return "avx512f" in cpu_flags()
 
 
 @functools.cache
-def _cpu_flags() -> frozenset[str]:
+def cpu_flags() -> frozenset[str]:
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:

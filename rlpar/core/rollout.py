@@ -133,7 +133,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
     ``num_steps`` exceeds its time limit; then the earlier one is bootstrapped on the spot (under ``lax.cond``, so
     the usual step pays only for a select) and ``_place_spilled`` moves it to its step after the scan.
     """
-    if bootstrap is not None:  # traced once: ``_hold_final`` asks its shapes and calls it (jit's trace cache)
+    if bootstrap is not None:  # traced once: ``hold_final_observation`` asks its shapes and calls it (jit's cache)
         bootstrap = jax.jit(bootstrap)
     step_envs = _env_stepper(env)
     initial_carry = initial_carry or (lambda n: ())
@@ -145,7 +145,7 @@ def make_collector(env, env_params, act_fn: ActFn, num_steps: int, *, bootstrap:
         obs, env_state, reward, terminated, truncated, info = step_envs(keys_env, state.env_state, action, env_params)
         truncated = jnp.logical_and(truncated, jnp.logical_not(terminated))
         done = jnp.logical_or(terminated, truncated)
-        final, pending = ((), pending) if bootstrap is None else _hold_final(
+        final, pending = ((), pending) if bootstrap is None else hold_final_observation(
             bootstrap, agent_state, pending, truncated, info["final_observation"], agent_carry)
         transition = Transition(
             obs=state.obs, action=action, reward=reward.astype(jnp.float32), terminated=terminated,
@@ -216,7 +216,7 @@ scan_unroll = platform.collector_unroll  # (requested) -> environment steps per 
 set_unroll = platform.set_collector_unroll  # force that for collectors traced from now on; None: by platform
 
 
-def _hold_final(bootstrap, agent_state, pending: _Pending, truncated, final_obs, agent_carry):
+def hold_final_observation(bootstrap, agent_state, pending: _Pending, truncated, final_obs, agent_carry):
     """Hold this step's final observations; bootstrap the held ones now where an env is truncated again."""
     again = jnp.logical_and(truncated, pending.held)
     shapes = jax.eval_shape(bootstrap, agent_state, pending.carry, pending.obs)

@@ -1,6 +1,6 @@
-"""Compile the run's programs: the chunk program (``chunks._compile``) with the init lowered and compiled beside it in
-a thread, or the init alone; an error while they are traced becomes one ``BuildError`` line. Every compile is waited
-for through ``rlpar.run.compiling``, so Ctrl-C and a scheduler's signal are taken while XLA compiles.
+"""Compile the run's programs: the chunk program (``chunks.compile_programs``) with the init lowered and compiled beside
+it in a thread, or the init alone; an error while they are traced becomes one ``BuildError`` line. Every compile is
+waited for through ``rlpar.run.compiling``, so Ctrl-C and a scheduler's signal are taken while XLA compiles.
 
 It imports ``prepare`` (the prepared run) and ``chunks`` (the chunk program's compile), never ``runner``.
 """
@@ -18,7 +18,7 @@ from rlpar.core import parallel, platform, program
 from rlpar.core.agent import AgentSpec
 from rlpar.run import checkpoint, chunks, compiling, preemption
 from rlpar.run.config import RunConfig
-from rlpar.run.prepare import _Prepared
+from rlpar.run.prepare import Prepared
 
 
 class BuildError(ValueError):
@@ -26,7 +26,7 @@ class BuildError(ValueError):
 
 
 @contextlib.contextmanager
-def _building(agent: AgentSpec, run_config: RunConfig):
+def building(agent: AgentSpec, run_config: RunConfig):
     """Turn an error raised while the run's programs are traced and compiled into one ``BuildError`` line naming the
     agent and env (the traceback stays attached: ``RLPAR_TRACEBACK=1``)."""
     from envs import errors
@@ -40,16 +40,16 @@ def _building(agent: AgentSpec, run_config: RunConfig):
                                                    f"{run_config.env!r}", err))) from err
 
 
-def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedule: chunks._Schedule,
-           max_updates: int, hooks: chunks.Hooks, compiles: compiling.Compiles | None = None):
+def build_programs(prepared: Prepared, config, run_config: RunConfig, restored, schedule: chunks.Schedule,
+                   max_updates: int, hooks: chunks.Hooks, compiles: compiling.Compiles | None = None):
     """``(compiled programs (chunks._Programs), compile seconds, initial state)``; ``compiles``: how the main thread
     waits for them (``rlpar.run.compiling``)."""
     compiles = compiles if compiles is not None else compiling.Compiles()
     if restored is not None or jax.process_count() > 1:
-        state = (_initial_state(prepared, config, run_config, restored) if restored is not None else
-                 compiles.call("init", lambda: _initial_state(prepared, config, run_config, None)))
-        compiled, compile_s = chunks._compile(prepared, run_config, lambda: state, schedule, max_updates, hooks,
-                                              compiles=compiles)
+        state = (initial_state(prepared, config, run_config, restored) if restored is not None else
+                 compiles.call("init", lambda: initial_state(prepared, config, run_config, None)))
+        compiled, compile_s = chunks.compile_programs(prepared, run_config, lambda: state, schedule, max_updates,
+                                                      hooks, compiles=compiles)
         return compiled, compile_s, state
     # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
     # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
@@ -57,24 +57,20 @@ def _build(prepared: _Prepared, config, run_config: RunConfig, restored, schedul
     # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: those
     # imports happen here, before the thread.
     compiling.import_before_threads(prepared.devices[0].platform)
-    init = _Init(prepared, config, run_config)
+    init = Init(prepared, config, run_config)
     pending = []  # the init's thread: on an error or Ctrl-C it is left to finish on its own
 
     def start_init():
         if not pending:
-            pending.append(compiles.start("init", lambda: _initial_state(prepared, config, run_config, None, init)))
+            pending.append(compiles.start("init", lambda: initial_state(prepared, config, run_config, None, init)))
 
-    def initial_state():
-        start_init()  # a no-op once started; _compile starts it unless it returns with nothing to build
+    def wait_for_state():
+        start_init()  # a no-op once started; compile_programs starts it unless it returns with nothing to build
         return compiles.wait(pending[0])
 
-    compiled, compile_s = chunks._compile(prepared, run_config, init.shapes, schedule, max_updates, hooks,
-                                          start_init, initial_state, compiles)
-    return compiled, compile_s, initial_state()
-
-
-INIT_COMPILER_OPTIONS = platform.INIT_COMPILER_OPTIONS
-INIT_CPU_COMPILER_OPTIONS = platform.INIT_CPU_COMPILER_OPTIONS
+    compiled, compile_s = chunks.compile_programs(prepared, run_config, init.shapes, schedule, max_updates, hooks,
+                                                  start_init, wait_for_state, compiles)
+    return compiled, compile_s, wait_for_state()
 
 
 def compile_init(lowered, backend: str):
@@ -90,16 +86,16 @@ def compile_init(lowered, backend: str):
     return lowered.compile(last)
 
 
-class _Init:
-    """The run's init program (``_seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
+class Init:
+    """The run's init program (``seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
     use, under a lock: the chunk program's lowering needs the state's shapes, which come from that trace (a separate
     ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole), and the init's thread lowers it."""
 
-    def __init__(self, prepared: _Prepared, config, run_config: RunConfig):
+    def __init__(self, prepared: Prepared, config, run_config: RunConfig):
         devices, groups = prepared.devices, run_config.population_devices
         self.args = (parallel.replicate(np.uint32(config.seed), devices, groups),
                      parallel.device_positions(devices, groups))
-        self._make_init = _seeded_init(prepared.make_program, len(devices), groups)
+        self._make_init = seeded_init(prepared.make_program, len(devices), groups)
         self._devices, self._groups, self._backend = devices, groups, run_config.device_backend
         self._lock = threading.Lock()
         self._traced = None
@@ -121,15 +117,15 @@ class _Init:
         return self._trace()[1]
 
 
-def _initial_state(prepared: _Prepared, config, run_config: RunConfig, restored,
-                   init: _Init | None = None) -> program.TrainState:
+def initial_state(prepared: Prepared, config, run_config: RunConfig, restored,
+                  init: Init | None = None) -> program.TrainState:
     if restored is not None:
         return parallel.rows_from_host(restored.state, prepared.devices, run_config.population_devices)
-    init = init or _Init(prepared, config, run_config)
+    init = init or Init(prepared, config, run_config)
     return init.compile()(*init.args)
 
 
-def _seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):
+def seeded_init(make_program: Callable[[str | None], program.Program], num_devices: int, groups: int = 1):
     """``axis_name -> init(seed, position)``: the program's init with the run's keys derived inside it, as
     ``split(PRNGKey(seed))`` into the parameter key (shared) and the devices' key, split once more per device
     (``parallel.device_key``; with device groups, per device of a group): nothing runs for the keys outside the one

@@ -20,9 +20,9 @@ from rlpar.core import episodes, hosts, parallel, platform, population, program,
 from rlpar.run import checkpoint, compile_cache, compiling, guard, preemption
 from rlpar.run.config import RunConfig
 from rlpar.run.logs import RunLogger
-from rlpar.run.prepare import _Prepared
+from rlpar.run.prepare import Prepared
 from rlpar.run.records import add_members, summarize
-from rlpar.run.state import _save_checkpoint, _stop_if_nonfinite
+from rlpar.run.state import save_checkpoint, stop_if_nonfinite
 
 
 class Interrupted(Exception):
@@ -44,7 +44,7 @@ class Hooks(NamedTuple):
     started_at: float | None = None
 
 
-class _Schedule(NamedTuple):
+class Schedule(NamedTuple):
     """The chunks still to run and when to evaluate."""
 
     lengths: list[int]  # updates per chunk
@@ -53,7 +53,7 @@ class _Schedule(NamedTuple):
     seed: int  # the run's seed (evaluation keys: program.eval_key)
 
 
-def _control(schedule: _Schedule, length: int, done: int, evaluate: bool) -> program.ChunkControl:
+def chunk_control(schedule: Schedule, length: int, done: int, evaluate: bool) -> program.ChunkControl:
     return program.ChunkControl(updates=np.int32(length), evaluate=np.bool_(evaluate), updates_done=np.int32(done),
                                 seed=np.uint32(schedule.seed))
 
@@ -74,7 +74,7 @@ class _Programs(NamedTuple):
         return state, metrics
 
 
-def _make_steps(prepared: _Prepared, run_config: RunConfig, max_updates: int, evaluation_inside: bool):
+def make_steps(prepared: Prepared, run_config: RunConfig, max_updates: int, evaluation_inside: bool):
     """``(make_chunk_step, make_evaluation_step)``, each ``axis_name -> per-device step`` as ``parallel.compile_step``
     takes it; the second ``None`` where the evaluation is a branch of the chunk."""
 
@@ -94,15 +94,15 @@ def _make_steps(prepared: _Prepared, run_config: RunConfig, max_updates: int, ev
     return make_chunk_step, None if evaluation_inside else make_evaluation_step
 
 
-def _bytes_per_device(state: Any, num_devices: int) -> int:
+def bytes_per_device(state: Any, num_devices: int) -> int:
     """The bytes of one device's rows of ``state`` (arrays or ``jax.ShapeDtypeStruct`` leaves, ``[D, ...]``)."""
     total = sum(int(np.prod(x.shape)) * np.dtype(x.dtype).itemsize for x in jax.tree.leaves(state))
     return total // num_devices
 
 
-def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: _Schedule,
-             max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
-             wait: Callable[[], Any] | None = None, compiles: compiling.Compiles | None = None):
+def compile_programs(prepared: Prepared, run_config: RunConfig, state: Callable[[], Any], schedule: Schedule,
+                     max_updates: int, hooks: Hooks, lowered: Callable[[], None] | None = None,
+                     wait: Callable[[], Any] | None = None, compiles: compiling.Compiles | None = None):
     """``(_Programs, compile seconds)``: the run's chunk program (``program.make_chunk``: any chunk length up to
     ``max_updates``; the state donated where ``platform.donate_state`` says so), the evaluation a branch of it or,
     where ``platform.evaluation_in_chunk`` says so and the run evaluates, a program of its own compiled in a thread
@@ -124,8 +124,8 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
 
     groups = run_config.population_devices
     inside = platform.evaluation_in_chunk(prepared.devices[0].platform)
-    make_step, make_evaluation_step = _make_steps(prepared, run_config, max_updates, inside)
-    example = parallel.replicate(_control(schedule, max_updates, 0, False), prepared.devices, groups)
+    make_step, make_evaluation_step = make_steps(prepared, run_config, max_updates, inside)
+    example = parallel.replicate(chunk_control(schedule, max_updates, 0, False), prepared.devices, groups)
 
     def compile_evaluation():
         before = compile_cache.hits()  # counted per thread: this one's
@@ -152,7 +152,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
 
     def compile_chunk():
         given = state()
-        donate = platform.donate_state(_bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
+        donate = platform.donate_state(bytes_per_device(given, len(prepared.devices)), prepared.devices[0].platform)
         return parallel.compile_step(make_step, prepared.devices, given, shared=example, donate=donate,
                                      backend=run_config.device_backend, groups=groups, lowered=on_lowered,
                                      run=lambda compile: compiles.call("chunk", compile))
@@ -172,7 +172,7 @@ def _compile(prepared: _Prepared, run_config: RunConfig, state: Callable[[], Any
     return _Programs(compiled, evaluation), compile_s
 
 
-class _Outputs(NamedTuple):
+class Outputs(NamedTuple):
     checkpoints: checkpoint.Checkpoints | None
     logger: RunLogger | None
     hooks: Hooks
@@ -182,8 +182,8 @@ class _Outputs(NamedTuple):
     groups: int = 1  # the slots' device groups (RunConfig.population_devices)
 
 
-def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict], out: _Outputs, config,
-           run_config: RunConfig, slots: seeds.Slots):
+def train_chunks(compiled: _Programs, state, schedule: Schedule, records: list[dict], out: Outputs, config,
+                 run_config: RunConfig, slots: seeds.Slots):
     """Run the chunks; log each one, evaluate and checkpoint when due. Ctrl-C raises ``Interrupted`` (nothing of
     the interrupted chunk is logged or saved, so the run dir stays resumable)."""
     startup_s = time.time() - out.hooks.started_at if out.hooks.started_at is not None else None
@@ -193,7 +193,7 @@ def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict],
         for i, length in enumerate(schedule.lengths):
             evaluate = bool(schedule.eval_every) and _due(done, done + length, schedule.eval_every,
                                                           config.num_updates)
-            control = parallel.replicate(_control(schedule, length, done, evaluate), out.devices, out.groups)
+            control = parallel.replicate(chunk_control(schedule, length, done, evaluate), out.devices, out.groups)
             start = time.perf_counter()
             with _profiling(run_config.profile if i == min(1, len(schedule.lengths) - 1) else ""):  # one warm chunk
                 new_state, raw = compiled(state, control, evaluate)
@@ -201,7 +201,7 @@ def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict],
             seconds = time.perf_counter() - start
             evaluation = {k: raw.pop(k) for k in (episodes.RETURNS, episodes.LENGTHS) if k in raw}
             raw = {k: v[:length] for k, v in raw.items()}  # the rows of the updates that ran
-            _stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
+            stop_if_nonfinite(raw.pop(guard.FINITE_KEY), done + 1, out.checkpoints)
             members = {k: raw.pop(k) for k in list(raw) if k.startswith(population.METRIC_PREFIX)}
             state, before, done = new_state, done, done + length
             record = summarize(raw, update=done, env_steps=done * config.batch_size, seconds=seconds,
@@ -214,11 +214,11 @@ def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict],
             memory = hosts.memory_stats(out.devices)
             if memory is not None:
                 record["memory"] = memory
-            _finish_chunk(record, records, out)
+            finish_chunk(record, records, out)
             saved = out.checkpoints is not None and _due(before, done, run_config.checkpoint_every,
                                                          config.num_updates)
             if saved:
-                _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
+                save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
             if done < config.num_updates:
                 _stop_if_preempted(out, run_config, done, state, saved)
     except KeyboardInterrupt:
@@ -227,7 +227,7 @@ def _train(compiled: _Programs, state, schedule: _Schedule, records: list[dict],
     return state
 
 
-def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: Any = None,
+def _stop_if_preempted(out: Outputs, run_config: RunConfig, done: int, state: Any = None,
                        saved: bool = False) -> None:
     """Raise ``preemption.Preempted`` if any process was sent SIGTERM or SIGUSR1, after saving a checkpoint of
     ``state`` at ``done`` unless it was just ``saved`` (``state=None``: before the first chunk, nothing new to save).
@@ -238,7 +238,7 @@ def _stop_if_preempted(out: _Outputs, run_config: RunConfig, done: int, state: A
     latest = None
     if out.checkpoints is not None and state is not None:
         if not saved:
-            _save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
+            save_checkpoint(out.checkpoints, out.logger, state, done, out.meta, out.groups)
         latest = done  # known here: a process other than 0 may return from the save before 0 commits it
     elif out.checkpoints is not None:
         latest = out.checkpoints.latest()
@@ -260,7 +260,7 @@ def _profiling(directory: str):
         jax.profiler.stop_trace()
 
 
-def _finish_chunk(record: dict, records: list[dict], out: _Outputs) -> None:
+def finish_chunk(record: dict, records: list[dict], out: Outputs) -> None:
     """Keep, write and report a chunk's record (before its checkpoint, if one is due)."""
     records.append(record)
     if out.logger is not None:
@@ -278,7 +278,7 @@ def chunk_lengths(num_updates: int, log_every: int) -> list[int]:
     return lengths
 
 
-def _chunks_done(lengths: list[int], updates_done: int) -> int:
+def chunks_done(lengths: list[int], updates_done: int) -> int:
     """How many of ``lengths`` a run ``updates_done`` updates in has finished (it must sit on a chunk boundary)."""
     ends = [0] + [int(e) for e in np.cumsum(lengths)]
     if updates_done not in ends:

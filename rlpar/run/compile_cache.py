@@ -7,8 +7,8 @@ entry, never a wrong program. rlpar gives the cache a size limit (``MAX_BYTES``)
 recently used entries and hold a file lock (``filelock``) around every read and write, so several processes (or the
 processes of one multi-process run) may share a directory.
 
-Where: ``$RLPAR_CACHE_DIR`` (``off`` turns it off), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``; ``--compile-cache DIR``
-moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a run.
+Where: ``$RLPAR_CACHE_DIR`` (``off`` turns it off), else ``$XDG_CACHE_HOME/rlpar/jax``, else ``~/.cache/rlpar/jax``;
+``--compile-cache DIR`` moves it and ``--no-compile-cache`` (``compile_cache="off"``) turns it off for a run.
 """
 
 from __future__ import annotations

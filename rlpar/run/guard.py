@@ -21,13 +21,13 @@ class NonFiniteError(RuntimeError):
     """Training produced a non-finite loss or parameter; the run stopped before logging or saving it."""
 
 
-_OWN_REDUCTION = 1 << 16  # elements from which a leaf is reduced on its own (all_finite)
+OWN_REDUCTION = 1 << 16  # elements from which a leaf is reduced on its own (all_finite)
 
 
 def all_finite(tree: Any) -> jax.Array:
     """``True`` (a scalar bool array) when every inexact leaf of ``tree`` is finite; integer leaves are ignored.
 
-    Leaves of fewer than ``_OWN_REDUCTION`` elements (parameters, optimizer statistics, metrics) are raveled and
+    Leaves of fewer than ``OWN_REDUCTION`` elements (parameters, optimizer statistics, metrics) are raveled and
     concatenated by dtype into one reduction, which XLA compiles as one kernel; larger ones (a replay buffer's) keep a
     reduction each, which reads them faster. One reduction per leaf made SAC's chunk program about 1,900 HLO lines
     longer (70 float leaves: 24,853 lines against 22,985; docs/benchmarks.md, 2026-12-05)."""
@@ -37,7 +37,7 @@ def all_finite(tree: Any) -> jax.Array:
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.inexact):
             continue
-        if x.size >= _OWN_REDUCTION:
+        if x.size >= OWN_REDUCTION:
             flags.append(jnp.all(jnp.isfinite(x)))
         else:
             small.setdefault(x.dtype, []).append(jnp.ravel(x))

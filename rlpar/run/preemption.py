@@ -18,7 +18,7 @@ In a multi-process run the processes agree after every chunk on whether any of t
 (``hosts.all_processes_agree``), so all of them stop after the same update and save the same checkpoint, even
 when the scheduler signalled only one, or signalled them at different moments.
 
-Ctrl-C (SIGINT) keeps its own meaning: stop now, keep the last checkpoint (``rlpar.run.runner.Interrupted``).
+Ctrl-C (SIGINT) keeps its own meaning: stop now, keep the last checkpoint (``rlpar.run.chunks.Interrupted``).
 """
 
 from __future__ import annotations

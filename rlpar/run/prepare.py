@@ -13,11 +13,11 @@ from rlpar.core import collectives, hosts, parallel, population, program, seeds
 from rlpar.core.agent import AgentSpec
 from rlpar.run import checkpoint, compile_cache, rundir
 from rlpar.run.config import RunConfig, check_creatable
-from rlpar.run.state import _checkpoints_found
+from rlpar.run.state import checkpoints_found
 
 
-class _Prepared(NamedTuple):
-    """Everything ``_prepare`` checked and built, before anything compiles."""
+class Prepared(NamedTuple):
+    """Everything ``prepare_run`` checked and built, before anything compiles."""
 
     devices: list
     slots: seeds.Slots
@@ -27,8 +27,8 @@ class _Prepared(NamedTuple):
     meta: dict
 
 
-def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None,
-             join: bool = True) -> _Prepared:
+def prepare_run(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwargs: dict | None,
+                join: bool = True) -> Prepared:
     """Check the settings, join a multi-process run, choose the devices, build the env; nothing compiles. With
     ``join=False`` (a dry run) neither the compilation cache nor a multi-process run is set up: this process's
     devices stand for the run's."""
@@ -65,7 +65,7 @@ def _prepare(agent: AgentSpec, config, run_config: RunConfig, env: Any, env_kwar
                             agent_module=getattr(agent.make, "__module__", None))
     if slots.count > 1 or slots.hparams:
         meta["slots"] = slots.describe()
-    return _Prepared(devices, slots, env, env_params, make, meta)
+    return Prepared(devices, slots, env, env_params, make, meta)
 
 
 class Plan(NamedTuple):
@@ -82,8 +82,8 @@ def check(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, resu
     agent's own checks of it, each member's config and the search space's ends, the run dir and the compilation
     cache's directory), with nothing compiled, written, or joined: a multi-process run's settings are checked on
     this process's devices. ``ValueError`` naming what would be refused."""
-    prepared = _prepare(agent, config, run_config, None, None, join=False)
-    checkpoints = _checkpoints_found(run_config, resume)
+    prepared = prepare_run(agent, config, run_config, None, None, join=False)
+    checkpoints = checkpoints_found(run_config, resume)
     if checkpoints is not None and (run_config.checkpoint_every or resume):
         try:
             checkpoint.require_orbax()

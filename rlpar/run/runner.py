@@ -5,11 +5,11 @@ returns); environments, acting, learning and evaluating stay on the devices. One
 run (``program.make_chunk``): each call is told how many updates to run and whether to evaluate afterwards (the
 evaluation a branch of it, or on accelerators a program of its own: ``platform.evaluation_in_chunk``).
 ``run`` goes through named phases, each in a module of its own that imports only the ones before it:
-``prepare._prepare`` (check everything, before any compile; the settings are ``config.RunConfig``),
-``_open_run_dir`` (``state``: checkpoints, the restored state, the logger), ``build._build`` (the chunk program
-and the init beside it), ``chunks._train`` (chunks, logs, evaluations, checkpoints; each record from ``records``).
-This module only runs them in order; nothing below it imports it. The names other modules import from here are
-re-exported from where they live.
+``prepare.prepare_run`` (check everything, before any compile; the settings are ``config.RunConfig``),
+``_open_run_dir`` (``state``: checkpoints, the restored state, the logger), ``build.build_programs`` (the chunk program
+and the init beside it), ``chunks.train_chunks`` (chunks, logs, evaluations, checkpoints; each record from ``records``).
+This module only runs them in order; nothing below it imports it. Of what it imports it re-exports ``RunConfig``
+and ``Hooks``, the types of ``run``'s arguments; everything else is imported from the module it lives in.
 """
 
 from __future__ import annotations
@@ -22,17 +22,12 @@ import jax
 from rlpar.core import hosts, parallel, program
 from rlpar.core.agent import AgentSpec
 from rlpar.run import build, chunks, compiling, preemption, rundir
-from rlpar.run.build import (INIT_COMPILER_OPTIONS, INIT_CPU_COMPILER_OPTIONS, BuildError, _Init,  # noqa: F401
-                             _initial_state, _seeded_init, compile_init)
-from rlpar.run.chunks import (Hooks, Interrupted, _chunks_done, _control, _Outputs, _Schedule,  # noqa: F401
-                              chunk_lengths)
-from rlpar.run.config import RunConfig, check_creatable  # noqa: F401
-from rlpar.run.prepare import (Plan, _prepare, _Prepared, check, check_agent,  # noqa: F401
-                               config_env_kwargs, make_program_factory, make_slots)
-from rlpar.run.records import add_members, evaluation_stats, mean_recent_return, summarize  # noqa: F401
-from rlpar.run.state import (_check_every_process_sees, _open_checkpoints, _open_logger, _previous_records,
-                             _restore)
+from rlpar.run.chunks import Hooks, Outputs, Schedule, chunk_lengths, chunks_done
+from rlpar.run.config import RunConfig
+from rlpar.run.prepare import Prepared, prepare_run
+from rlpar.run.state import check_every_process_sees, open_checkpoints, open_logger, previous_records, restore
 
+__all__ = ["Hooks", "RunConfig", "TrainResult", "make_train", "run", "train"]  # RunConfig, Hooks: run's arguments
 
 class TrainResult(NamedTuple):
     params: Any  # final parameters, device 0's copy as host numpy (identical on every device); [S, ...] with slots
@@ -98,7 +93,7 @@ def run(agent: AgentSpec, config, run_config: RunConfig = RunConfig(), *, hooks:
 
 def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any, env_kwargs: dict | None,
          resume: bool, watch: preemption.Watch) -> TrainResult:
-    prepared = _prepare(agent, config, run_config, env, env_kwargs)
+    prepared = prepare_run(agent, config, run_config, env, env_kwargs)
     if resume and hooks.on_status:
         hooks.on_status("restoring", {"run_dir": run_config.run_dir})
     checkpoints, restored, logger = _open_run_dir(prepared, config, run_config, resume)
@@ -106,17 +101,17 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
     if restored is not None and hooks.on_status:
         hooks.on_status("resumed", {"update": done, "checkpoint": str(checkpoints.path(done))})
     lengths = chunk_lengths(config.num_updates, run_config.log_every)
-    lengths = lengths[_chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
-    schedule = _Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
+    lengths = lengths[chunks_done(lengths, done):]  # a resumed run continues after its checkpoint
+    schedule = Schedule(lengths, done, run_config.eval_interval(config.num_updates), config.seed)
     max_updates = min(run_config.log_every, config.num_updates)
     try:
-        with build._building(agent, run_config), _compiles(watch, hooks, run_config, checkpoints, done) as compiles:
-            compiled, compile_s, state = build._build(prepared, config, run_config, restored, schedule, max_updates,
-                                                      hooks, compiles)
-        records = [] if restored is None else _previous_records(logger, run_config, restored)
-        outputs = _Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch,
-                           run_config.population_devices)
-        state = chunks._train(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
+        with build.building(agent, run_config), _compiles(watch, hooks, run_config, checkpoints, done) as compiles:
+            compiled, compile_s, state = build.build_programs(prepared, config, run_config, restored, schedule,
+                                                              max_updates, hooks, compiles)
+        records = [] if restored is None else previous_records(logger, run_config, restored)
+        outputs = Outputs(checkpoints, logger, hooks, prepared.meta, prepared.devices, watch,
+                          run_config.population_devices)
+        state = chunks.train_chunks(compiled, state, schedule, records, outputs, config, run_config, prepared.slots)
     finally:
         if logger is not None:
             logger.close()
@@ -127,7 +122,7 @@ def _run(agent: AgentSpec, config, run_config: RunConfig, hooks: Hooks, env: Any
 def _compiles(watch: preemption.Watch, hooks: Hooks, run_config: RunConfig, checkpoints, done: int):
     """How the main thread waits while the run compiles (``rlpar.run.compiling``): a signal stops a single-process run
     there with ``Preempted`` (nothing new to save: its newest checkpoint, if any, is the one it started from). A
-    multi-process run's processes stop together after their first chunk instead (``chunks._stop_if_preempted``)."""
+    multi-process run's processes stop together after their first chunk instead (``chunks.train_chunks``)."""
 
     def stop(signal_name: str) -> preemption.Preempted:
         latest = checkpoints.latest() if checkpoints is not None else None
@@ -136,18 +131,18 @@ def _compiles(watch: preemption.Watch, hooks: Hooks, run_config: RunConfig, chec
     return compiling.Compiles(watch, stop if jax.process_count() == 1 else None, hooks.on_status)
 
 
-def _open_run_dir(prepared: _Prepared, config, run_config: RunConfig, resume: bool):
+def _open_run_dir(prepared: Prepared, config, run_config: RunConfig, resume: bool):
     """``(checkpoints, restored, logger)``; everything that can reject the run dir (no or a corrupt checkpoint,
     other settings) happens here, before compiling. Only the primary process writes files."""
-    checkpoints = _open_checkpoints(run_config, resume)
+    checkpoints = open_checkpoints(run_config, resume)
     restored = None
     if resume:
         abstract = parallel.state_shapes(lambda ax: prepared.make_program(ax).init, prepared.devices,
                                          *jax.random.split(jax.random.PRNGKey(config.seed)),
                                          groups=run_config.population_devices)
-        restored = _restore(checkpoints, prepared.meta, abstract)
+        restored = restore(checkpoints, prepared.meta, abstract)
     run_dir = Path(run_config.run_dir) if run_config.run_dir and hosts.is_primary() else None
-    logger = _open_logger(run_dir, run_config, prepared.meta, restored)
+    logger = open_logger(run_dir, run_config, prepared.meta, restored)
     if checkpoints is not None and restored is None:
-        _check_every_process_sees(Path(run_config.run_dir) / rundir.CONFIG)
+        check_every_process_sees(Path(run_config.run_dir) / rundir.CONFIG)
     return checkpoints, restored, logger

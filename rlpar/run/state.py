@@ -24,13 +24,13 @@ _RESUME_MUST_MATCH_RUN = ("env", "log_every", "backend", "num_seeds", "sweep", "
                           "population_devices")
 
 
-def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
+def open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
     """The run's checkpoint directory, or ``None`` when it writes none; refuses to mix two runs in one directory.
 
     Every process of a multi-process run opens it (process 0 as the writer) and they check together that they see
     the same checkpoints, so that all of them resume the same one or all refuse with the same error.
     """
-    checkpoints = _checkpoints_found(run_config, resume)
+    checkpoints = checkpoints_found(run_config, resume)
     if checkpoints is None or (run_config.checkpoint_every == 0 and not resume):
         return None
     checkpoint.require_orbax()
@@ -38,7 +38,7 @@ def _open_checkpoints(run_config: RunConfig, resume: bool) -> checkpoint.Checkpo
     return checkpoints
 
 
-def _checkpoints_found(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
+def checkpoints_found(run_config: RunConfig, resume: bool) -> checkpoint.Checkpoints | None:
     """The run dir's checkpoints (``None`` without a run dir), read only: ``ValueError`` if a new run would mix with
     an earlier one's, or a resumed one has none to continue from."""
     if resume and not run_config.run_dir:
@@ -74,7 +74,7 @@ def _check_processes_see_same(checkpoints: checkpoint.Checkpoints, steps: list[i
         )
 
 
-def _check_every_process_sees(config_file: Path) -> None:
+def check_every_process_sees(config_file: Path) -> None:
     """Multi-process runs: ``CheckpointError`` in every process unless all of them see the ``config.json`` that
     process 0 has just written; a run dir on a disk of process 0's host alone could be saved to but not resumed."""
     if jax.process_count() == 1:
@@ -90,7 +90,7 @@ def _check_every_process_sees(config_file: Path) -> None:
         )
 
 
-def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: Any) -> checkpoint.Restored:
+def restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: Any) -> checkpoint.Restored:
     """The newest complete checkpoint, read to host memory and checked to belong to a run like this one."""
     import json
 
@@ -113,8 +113,8 @@ def _restore(checkpoints: checkpoint.Checkpoints, meta: dict, abstract_state: An
     return checkpoints.restore(step, template)
 
 
-def _open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,
-                 restored: checkpoint.Restored | None) -> RunLogger | None:
+def open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,
+                restored: checkpoint.Restored | None) -> RunLogger | None:
     """A fresh run writes config.json and starts its logs; a resumed one cuts its logs back to the checkpoint."""
     if run_dir is None:
         return None
@@ -126,14 +126,14 @@ def _open_logger(run_dir: Path | None, run_config: RunConfig, meta: dict,
                      resume_at=restored.position if restored is not None else None)
 
 
-def _previous_records(logger: RunLogger | None, run_config: RunConfig, restored: checkpoint.Restored) -> list[dict]:
+def previous_records(logger: RunLogger | None, run_config: RunConfig, restored: checkpoint.Restored) -> list[dict]:
     """The records up to the checkpoint; processes other than 0 read them from process 0's files."""
     if logger is not None:
         return list(logger.previous_records)
     return logs.read_records(run_config.run_dir, restored.position)
 
 
-def _stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: checkpoint.Checkpoints | None) -> None:
+def stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: checkpoint.Checkpoints | None) -> None:
     """Raise ``NonFiniteError`` naming the first update of the chunk whose loss or parameters are not finite."""
     bad = guard.first_nonfinite_update(finite, first_update)
     if bad is None:
@@ -148,8 +148,8 @@ def _stop_if_nonfinite(finite: np.ndarray, first_update: int, checkpoints: check
     )
 
 
-def _save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger | None, state: Any, updates_done: int,
-                     meta: dict, groups: int = 1) -> None:
+def save_checkpoint(checkpoints: checkpoint.Checkpoints, logger: RunLogger | None, state: Any, updates_done: int,
+                    meta: dict, groups: int = 1) -> None:
     """Every process calls this at the same point; ``logger`` is ``None`` in all but the writing process."""
     rows = parallel.rows_to_host(state, groups)  # in a multi-process run: a collective gathering every process's rows
     position = None  # not the writer: it joins orbax's save, whose files (and position) only process 0 writes

@@ -71,7 +71,7 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None =
     import jax
 
     from rlpar.core import collectives, parallel, seeds
-    from rlpar.run import checkpoint, runner
+    from rlpar.run import checkpoint, prepare
     from rlpar.tools import registry
 
     meta = rundir.read_meta(run_dir)
@@ -83,7 +83,7 @@ def load_policy(run_dir: str | Path, num_envs: int = 1, slot: int | str | None =
     slots = seeds.make_slots(run.get("num_seeds", 1), run.get("sweep", ""), spec.config_cls,
                              search=run.get("search", ""), population=run.get("population", 0), seed=config.seed)
     groups = run.get("population_devices", 1)  # checkpoints hold [devices / groups, slots, ...] whatever the groups
-    make = runner.make_program_factory(spec, config, slots, env, env_params,
+    make = prepare.make_program_factory(spec, config, slots, env, env_params,
                                        config.num_envs * groups // meta["num_devices"],
                                        members=collectives.MemberGroups(groups))
     devices = range(meta["num_devices"])  # only the count matters for the shapes

@@ -104,7 +104,7 @@ def make_parser(spec, base=None) -> cli.Parser:
     return parser
 
 
-def _parse(spec, argv: list[str]):
+def parse_run_args(spec, argv: list[str]):
     """``(run_config, config)`` from the agent's flags; the env's preset (if the agent has presets) is the base
     that flags override, and ``--help`` shows its values as the defaults. ``ValueError`` for bad values."""
     for_env = getattr(spec.config_cls, "for_env", None)
@@ -119,7 +119,7 @@ def _check(spec, run_config: RunConfig, config) -> list:
     import envs
 
     from rlpar.core import hosts, platform
-    from rlpar.run.runner import check_agent, config_env_kwargs, make_slots
+    from rlpar.run.prepare import check_agent, config_env_kwargs, make_slots
 
     platform.plain_layers_requested()  # a $RLPAR_PLAIN_LAYERS that is not a boolean: refused before any compile
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = registry.get(argv[0])
         if ":" in argv[0]:  # config.json records how to find it again (evaluate, --resume)
             spec = spec._replace(name=argv[0])
-        run_config, config = _parse(spec, argv[1:])
+        run_config, config = parse_run_args(spec, argv[1:])
         if dry_run:
             return _dry_run(spec, config, run_config, resumed.run_dir)
         devices = _check(spec, run_config, config)
@@ -180,7 +180,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
     from rlpar.core import hosts
     from rlpar.run.guard import NonFiniteError
     from rlpar.run.preemption import EXIT_CODE, Preempted
-    from rlpar.run.runner import Interrupted
+    from rlpar.run.chunks import Interrupted
 
     say = print if hosts.is_primary() else (lambda *args, **kwargs: None)  # only process 0 prints
     say(_header(spec, config, run_config, devices, jax.process_count()), flush=True)
@@ -203,7 +203,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
             raise
         return _fail(fit, 2)
     except Preempted as stop:
-        print(_preempted_line(stop), file=sys.stderr, flush=True)
+        print(preempted_line(stop), file=sys.stderr, flush=True)
         return EXIT_CODE
     except Interrupted as stop:
         saved = f"update {stop.checkpoint_update}" if stop.checkpoint_update is not None else "none"
@@ -211,7 +211,7 @@ def _train(spec, config, run_config: RunConfig, devices: list, resume_dir: str |
                else "")
         print(f"interrupted at update {stop.update}; last checkpoint: {saved}{how}", file=sys.stderr, flush=True)
         return 130
-    say(_done_line(result, run_config, config), flush=True)
+    say(done_line(result, run_config, config), flush=True)
     return 0
 
 
@@ -224,11 +224,11 @@ def _header(spec, config, run_config: RunConfig, devices: list, processes: int) 
 
 
 def _dry_run(spec, config, run_config: RunConfig, resume_dir: str | None) -> int:
-    """``--dry-run``: ``runner.check`` (a ``ValueError`` for what a run would refuse), then the run's header line
+    """``--dry-run``: ``prepare.check`` (a ``ValueError`` for what a run would refuse), then the run's header line
     and what it would train; nothing compiles."""
-    from rlpar.run import runner
+    from rlpar.run import prepare
 
-    plan = runner.check(spec, config, run_config, resume=resume_dir is not None)
+    plan = prepare.check(spec, config, run_config, resume=resume_dir is not None)
     print(_header(spec, config, run_config, plan.devices, 1), flush=True)
     for line in plan_lines(plan, config, run_config):
         print(f"  {line}")
@@ -290,7 +290,7 @@ def _space(space) -> str:
     return f"{'log:' if space.kind == 'log' else ''}{space.low:g}..{space.high:g}"
 
 
-def _preempted_line(stop) -> str:
+def preempted_line(stop) -> str:
     """What a run stopped by SIGTERM or SIGUSR1 prints: where it stopped and how to continue."""
     if stop.compiling and stop.checkpoint_update is None:
         return f"preempted while compiling, before the first update ({stop.signal_name}); nothing to save yet"
@@ -321,7 +321,7 @@ def _slot_labels(run_config: RunConfig, config) -> list[str] | None:
     return progress.slot_labels(slots.describe()) if slots.count > 1 else None
 
 
-def _done_line(result, run_config: RunConfig, config) -> str:
+def done_line(result, run_config: RunConfig, config) -> str:
     from rlpar.run.progress import final_evaluation, recent_returns
 
     total_s = sum(r["time_s"] for r in result.metrics)
