@@ -79,7 +79,7 @@ def test_cartpole_is_solved_with_defaults():
     import sys
     from pathlib import Path
 
-    code = ("import agents\nfrom rlpar.run.runner import mean_recent_return\n"
+    code = ("import agents\nfrom rlpar.run.records import mean_recent_return\n"
             "r = agents.ppo.train(agents.PPOConfig(), 'CartPole-v1', devices=1)\nprint(mean_recent_return(r.metrics))")
     repo = Path(__file__).resolve().parents[1]
     proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=600,
