@@ -156,9 +156,9 @@ def gradient_steps(step: Callable, carry: Any, replay: Replay, buffer: Any, key:
     ``drawn`` is the step's slice of ``draw(key, num_steps)`` (leaves ``[num_steps, ...]``: the random values every
     step needs, drawn for all of them at once), or the step's own key without ``draw``. Every draw happens before the
     loop, the minibatches' positions too: drawn inside it, on XLA:CPU, a draw was recomputed in every kernel that
-    used it (XLA's fusion copies a chain of elementwise ops into each consumer: SAC's action noise went into 18
-    kernels a step): SAC's update took 1.10x the time, in a program of about 23,000 HLO lines instead of 15,748
-    (docs/benchmarks.md, 2026-12-05).
+    used it (XLA's fusion copies a chain of elementwise ops into each consumer: SAC's action noise went into many
+    kernels a step), which made SAC's update slower and its program larger (docs/benchmarks.md, "Cold compiles at or
+    under rejax's").
     """
 
     def learn(carry):

@@ -33,9 +33,9 @@ from envs.adapters import FiveToSixStep
 
 PREFIX = "brax-"
 BACKENDS = ("generalized", "positional", "spring", "mjx")
-# The default physics backend: the fastest on CPU. Measured (README "Environment suites": env-only steps per second,
-# 64 envs) on ant and inverted_pendulum, where spring was fastest by 1.2x (ant, over mjx) and 2.7x (over positional);
-# the other envs default to spring too, unmeasured, and to generalized where brax supports nothing else (swimmer).
+# The default physics backend: the fastest on CPU where measured (ant and inverted_pendulum, env-only steps per
+# second; docs/environments.md, "Environment suites"); the other envs default to spring too, unmeasured, and to
+# generalized where brax supports nothing else (swimmer).
 DEFAULT_BACKEND = "spring"
 ONLY_BACKEND = "generalized"  # what an env that refuses the default supports
 

@@ -55,10 +55,10 @@ PRESETS: dict[str, dict] = _Presets({
     ),
     # One preset for every MinAtar game (as gymnax-blines and PureJaxRL use one config for all of them).
     **{f"{game}-MinAtar": MINATAR for game in ("Asterix", "Freeway", "Seaquest", "SpaceInvaders")},
-    # Breakout with MINATAR stalls at a return of 5.5 from 0.5M to 3M steps, with gamma 0.99 or 0.999: gymnax-blines'
-    # Breakout settings instead (its MLP of 2 x 256 on the flattened image, gamma 0.999, 8 minibatches, a constant
-    # learning rate), which also train about 3x faster here than the convolution.
-    # Measured: greedy 24.4 at 1e7 steps (gymnax-blines 22.9), out of the plateau after 1.6M (README, "Presets").
+    # Breakout with MINATAR stalls on a plateau, with gamma 0.99 or 0.999: gymnax-blines' Breakout settings instead
+    # (its MLP of 2 x 256 on the flattened image, gamma 0.999, 8 minibatches, a constant learning rate), which also
+    # train faster on a CPU than the convolution. Its greedy return against gymnax-blines': benchmarks/README.md
+    # (row "learning-breakout").
     "Breakout-MinAtar": dict(MINATAR, gamma=0.999, num_minibatches=8, anneal_lr=False, torso="mlp",
                              hidden_sizes=(256, 256), total_timesteps=10_000_000),
     # Craftax (envs.craftax_suite): symbolic observations of 1345 (Classic) / 8268 values in [0, 1]; a CPU budget.
@@ -80,20 +80,10 @@ PRESETS: dict[str, dict] = _Presets({
 
 
 # On an accelerator (JAX's default backend not the CPU): the CPU preset's learning settings with many more envs and
-# fewer steps each, chosen by measurement on one TPU v5e on the program the command line compiles, one seed's
-# (benchmarks/preset_search.py --num-seeds 1 --seed S, 1e7 steps, greedy return of 64 episodes, one collector step;
-# benchmarks/results/2026-12-06/breakout_single_shapes_tpu_v5e.jsonl). 512 envs x 32 steps, 8 minibatches, lr 1e-3,
-# ent_coef 0.03, seeds 0-5: 77.3, 56.6, 47.2, 62.9, 69.7, 94.6 (mean 68.1). The same batch as 1024 x 16, twice the
-# steps per env: 1024 x 16 ended at 16.4-18.0 (seeds 0-2, two collector steps; 16.4-28.4 over nine one-slot runs,
-# results/2026-12-06/breakout_single_vs_slots_tpu_v5e.jsonl), at means of 12-21 with lr 5e-4, ent_coef 0.01, gamma
-# 0.99, annealing or 4 minibatches; 1024 x 32 at 18-26 (16 minibatches) and 3.5-24 (8); 2048 x 8 at 12-19. Slots of
-# one search program reached more at 1024 x 16 (53-87 with two collector steps,
-# results/2026-12-05/preset_search_breakout_tpu_v5e.jsonl), which is why an earlier preset took that shape;
-# docs/accelerators.md compares the two. The cost: 32 sequential env steps per update at 512 envs, so 1e7 steps train
-# in 9.9 s (1.01M SPS) from the command line, against 5.3 s (1.87M) at 1024 x 16.
-# One collector step per loop iteration (collector_unroll=1, not the accelerator's 2): at 1024 x 16 the program
-# compiled in 14.1 s against 17.7 s and trained at 1.82M SPS against 2.02M (benchmarks/train_sps.py --force
-# collector_unroll=1; results/2026-12-06/breakout_single_vs_slots_tpu_v5e.jsonl); two at 512 x 32 are not measured.
+# fewer steps each, a larger learning rate and entropy bonus, and one collector step per loop iteration (it compiles
+# faster there), chosen by a search for the greedy return at 1e7 steps of the program the command line compiles
+# (benchmarks/preset_search.py). The search, the shapes it rejected and what the shape costs in speed:
+# benchmarks/README.md (row "tpu-breakout-preset") and docs/accelerators.md.
 ACCELERATOR: dict[str, dict] = {
     "Breakout-MinAtar": dict(PRESETS["Breakout-MinAtar"], num_envs=512, num_steps=32, lr=1e-3, ent_coef=0.03,
                              collector_unroll=1),

@@ -54,8 +54,8 @@ def build_programs(prepared: Prepared, config, run_config: RunConfig, restored, 
     # The init is traced here (the chunk program is lowered for its output shapes); its lowering and compile start in
     # a thread once the chunk program is lowered, and run beside the chunk's XLA compile, which holds no Python lock:
     # lowered beside the chunk's tracing instead, the two threads took turns with the GIL (docs/benchmarks.md,
-    # 2026-12-05). Tracing imports modules on first use, and two threads importing one module can deadlock: those
-    # imports happen here, before the thread.
+    # "The init compiles beside the chunk program"). Tracing imports modules on first use, and two threads importing
+    # one module can deadlock: those imports happen here, before the thread.
     compiling.import_before_threads(prepared.devices[0].platform)
     init = Init(prepared, config, run_config)
     pending = []  # the init's thread: on an error or Ctrl-C it is left to finish on its own
@@ -89,7 +89,8 @@ def compile_init(lowered, backend: str):
 class Init:
     """The run's init program (``seeded_init``, mapped by ``parallel.trace_init_at``), traced at most once, on first
     use, under a lock: the chunk program's lowering needs the state's shapes, which come from that trace (a separate
-    ``jax.eval_shape`` of the init cost the main thread 0.3 s on PPO CartPole), and the init's thread lowers it."""
+    ``jax.eval_shape`` of the init would trace it a second time on the main thread), and the init's thread lowers
+    it."""
 
     def __init__(self, prepared: Prepared, config, run_config: RunConfig):
         devices, groups = prepared.devices, run_config.population_devices

@@ -144,8 +144,8 @@ def compile_programs(prepared: Prepared, run_config: RunConfig, state: Callable[
 
     def on_lowered():
         # The evaluation is traced, lowered and compiled in a thread once the chunk program is lowered: beside the
-        # chunk's XLA compile, which holds no Python lock (as the init is, rlpar.run.build). One after the other
-        # they took 18.8 s on a TPU v5e (PPO's Breakout-MinAtar preset; 12.1-12.4 s with evaluation off).
+        # chunk's XLA compile, which holds no Python lock (as the init is, rlpar.run.build): one after the other they
+        # added the evaluation's whole compile to the start (docs/accelerators.md, the Breakout-MinAtar preset).
         if lowered is not None:
             lowered()
         start_evaluation()

@@ -29,8 +29,8 @@ def all_finite(tree: Any) -> jax.Array:
 
     Leaves of fewer than ``OWN_REDUCTION`` elements (parameters, optimizer statistics, metrics) are raveled and
     concatenated by dtype into one reduction, which XLA compiles as one kernel; larger ones (a replay buffer's) keep a
-    reduction each, which reads them faster. One reduction per leaf made SAC's chunk program about 1,900 HLO lines
-    longer (70 float leaves: 24,853 lines against 22,985; docs/benchmarks.md, 2026-12-05)."""
+    reduction each, which reads them faster. One reduction per leaf made SAC's chunk program (70 float leaves)
+    markedly longer to compile (docs/benchmarks.md, "The NaN guard compiled a reduction per leaf")."""
     small: dict[Any, list[jax.Array]] = {}
     flags = []
     for x in jax.tree.leaves(tree):

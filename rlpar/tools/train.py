@@ -392,7 +392,8 @@ def end_process(code: int) -> NoReturn:
     """Exit with ``code`` once everything is written: the other non-daemon threads joined (as the interpreter would),
     but for a compile that Ctrl-C or a signal abandoned (``rlpar.run.compiling.CompileThread``: it writes nothing),
     ``atexit`` handlers run, output flushed; then ``os._exit``, which skips the interpreter's teardown of a thousand
-    modules and of XLA's runtime: 0.7 s of the 6.5 s the README command takes warm on a 2-core CPU."""
+    modules and of XLA's runtime, a noticeable part of a short command (docs/benchmarks.md, "The CLI ends
+    with os._exit")."""
     from rlpar.run.compiling import CompileThread
 
     for thread in threading.enumerate():
